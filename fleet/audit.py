@@ -1,0 +1,172 @@
+"""Audit trail: every mutating service calls these, inside its own transaction.
+
+The *source* of a change (UI, API, admin, CLI, worker) comes from a context variable set at the
+edge (middleware, management command, Celery task), so services only pass the actor.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import decimal
+from collections.abc import Iterable, Iterator
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Any
+
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.contrib.contenttypes.models import ContentType
+from django.db import models
+from django.utils import timezone
+
+from fleet.models import AuditAction, AuditEvent, AuditSource
+
+
+@dataclass(frozen=True)
+class SystemActor:
+    """A named non-human actor (a worker, the importer, the seeder)."""
+
+    name: str
+
+    @property
+    def pk(self) -> None:
+        return None
+
+    def __str__(self) -> str:
+        return self.name
+
+
+SYSTEM = SystemActor("system")
+WORKER = SystemActor("worker")
+
+Actor = AbstractBaseUser | SystemActor
+
+_source: ContextVar[str] = ContextVar("fleet_audit_source", default=AuditSource.SYSTEM)
+
+
+@contextlib.contextmanager
+def audit_source(source: str) -> Iterator[None]:
+    """Mark every audit event written inside the block as coming from ``source``."""
+    token = _source.set(source)
+    try:
+        yield
+    finally:
+        _source.reset(token)
+
+
+def current_source() -> str:
+    return _source.get()
+
+
+def actor_fields(actor: Actor | None) -> dict[str, Any]:
+    if actor is None or isinstance(actor, AnonymousUser):
+        return {"actor": None, "actor_name": "anonymous"}
+    if isinstance(actor, SystemActor):
+        return {"actor": None, "actor_name": actor.name}
+    return {"actor": actor, "actor_name": actor.get_username()}
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, dt.datetime | dt.date):
+        return value.isoformat()
+    if isinstance(value, decimal.Decimal):
+        return str(value)
+    if isinstance(value, models.Model):
+        return value.pk
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+def snapshot(obj: models.Model) -> dict[str, Any]:
+    """Concrete field values of ``obj`` (foreign keys as ids), ready for JSON."""
+    data: dict[str, Any] = {}
+    for field in obj._meta.concrete_fields:
+        data[field.attname] = _jsonable(getattr(obj, field.attname))
+    return data
+
+
+def diff(before: dict[str, Any], after: dict[str, Any]) -> dict[str, list[Any]]:
+    """``{field: [before, after]}`` for every field whose value changed."""
+    keys = before.keys() | after.keys()
+    return {k: [before.get(k), after.get(k)] for k in sorted(keys) if before.get(k) != after.get(k)}
+
+
+def audit_event(
+    *,
+    actor: Actor | None,
+    action: str,
+    obj: models.Model,
+    changes: dict[str, Any] | None = None,
+    message: str = "",
+    at: dt.datetime | None = None,
+    content_type: ContentType | None = None,
+) -> AuditEvent:
+    """Build (not save) an audit event; use with :func:`audit_write_many` for bulk paths."""
+    return AuditEvent(
+        at=at or timezone.now(),
+        source=current_source(),
+        action=action,
+        content_type=content_type or ContentType.objects.get_for_model(obj, for_concrete_model=True),
+        object_id=str(obj.pk),
+        object_repr=str(obj)[:200],
+        changes=changes or {},
+        message=message[:500],
+        **actor_fields(actor),
+    )
+
+
+def audit_write(**kwargs: Any) -> AuditEvent:
+    event = audit_event(**kwargs)
+    event.save()
+    return event
+
+
+def audit_write_many(events: Iterable[AuditEvent], batch_size: int = 2000) -> None:
+    AuditEvent.objects.bulk_create(list(events), batch_size=batch_size)
+
+
+def audited_create(*, model: type[models.Model], actor: Actor | None, **fields: Any) -> models.Model:
+    """Create one row and its audit event. Caller owns the transaction."""
+    obj = model(**fields)
+    obj.full_clean()
+    obj.save()
+    audit_write(actor=actor, action=AuditAction.CREATE, obj=obj, changes=diff({}, snapshot(obj)))
+    return obj
+
+
+def audited_update(*, obj: models.Model, actor: Actor | None, before: dict[str, Any] | None = None,
+                   **fields: Any) -> dict[str, list[Any]]:
+    """Apply ``fields`` to ``obj``, save it and audit the changed fields. Returns the changes.
+
+    Pass ``before`` when the caller already changed ``obj`` (a ModelForm or serializer did).
+    """
+    before = before if before is not None else snapshot(obj)
+    for name, value in fields.items():
+        setattr(obj, name, value)
+    changes = diff(before, snapshot(obj))
+    if changes:
+        obj.full_clean()
+        obj.save()
+        audit_write(actor=actor, action=AuditAction.UPDATE, obj=obj, changes=changes)
+    return changes
+
+
+def audited_delete(*, obj: models.Model, actor: Actor | None) -> None:
+    """Delete ``obj`` (PROTECT foreign keys refuse it when it has history) and audit it."""
+    event = audit_event(actor=actor, action=AuditAction.DELETE, obj=obj, changes=diff(snapshot(obj), {}))
+    obj.delete()
+    event.save()
+
+
+def audit_prune(*, older_than_days: int) -> int:
+    """Delete audit events older than the retention window. Returns the number deleted."""
+    if older_than_days <= 0:
+        return 0
+    cutoff = timezone.now() - dt.timedelta(days=older_than_days)
+    deleted = 0
+    while True:
+        ids = list(AuditEvent.objects.filter(at__lt=cutoff).values_list("id", flat=True)[:10000])
+        if not ids:
+            return deleted
+        deleted += AuditEvent.objects.filter(id__in=ids).delete()[0]

@@ -1,0 +1,57 @@
+"""One FilterSet per list, shared by the HTML pages and the API so both filter the same way."""
+
+from __future__ import annotations
+
+import django_filters
+from django.db.models import Q, QuerySet
+
+from inventory.identity import normalize_uuid
+from inventory.models import Gpu, GpuModel, GpuState, Rack, Row, Server, Site
+
+
+def gpu_search(queryset: QuerySet[Gpu], text: str) -> QuerySet[Gpu]:
+    """Free text: exact serial, UUID (with or without ``GPU-``), asset tag, or hostname prefix.
+
+    Each branch is one indexed lookup; hostnames are resolved first so the OR never joins.
+    """
+    text = text.strip()
+    if not text:
+        return queryset
+    server_ids = list(Server.objects.filter(hostname__startswith=text.lower()).values_list("id", flat=True)[:500])
+    condition = Q(serial=text) | Q(asset_tag=text) | Q(server_id__in=server_ids)
+    if uuid := normalize_uuid(text):
+        condition |= Q(uuid=uuid)
+    return queryset.filter(condition)
+
+
+class GpuFilter(django_filters.FilterSet):
+    site = django_filters.ModelChoiceFilter(queryset=Site.objects.all(), to_field_name="code")
+    row = django_filters.ModelChoiceFilter(queryset=Row.objects.all())
+    rack = django_filters.ModelChoiceFilter(queryset=Rack.objects.all())
+    server = django_filters.ModelChoiceFilter(queryset=Server.objects.all(), to_field_name="hostname")
+    model = django_filters.ModelChoiceFilter(queryset=GpuModel.objects.all(), to_field_name="sku")
+    state = django_filters.MultipleChoiceFilter(choices=GpuState.choices)
+    vbios = django_filters.CharFilter(field_name="vbios_version", label="VBIOS version")
+    driver = django_filters.CharFilter(field_name="driver_version", label="Driver version")
+    masked = django_filters.BooleanFilter(field_name="identity_masked", label="Masked identity")
+    unplaced = django_filters.BooleanFilter(field_name="server", lookup_expr="isnull", label="Not in a server")
+    q = django_filters.CharFilter(method="filter_q", label="Serial, UUID, hostname or asset tag")
+
+    class Meta:
+        model = Gpu
+        fields = ["site", "row", "rack", "server", "model", "state", "vbios", "driver", "masked", "unplaced", "q"]
+
+    def filter_q(self, queryset: QuerySet[Gpu], name: str, value: str) -> QuerySet[Gpu]:
+        return gpu_search(queryset, value)
+
+
+class ServerFilter(django_filters.FilterSet):
+    site = django_filters.ModelChoiceFilter(queryset=Site.objects.all(), to_field_name="code")
+    row = django_filters.ModelChoiceFilter(queryset=Row.objects.all())
+    rack = django_filters.ModelChoiceFilter(queryset=Rack.objects.all())
+    unplaced = django_filters.BooleanFilter(field_name="rack", lookup_expr="isnull", label="Needs a rack position")
+    q = django_filters.CharFilter(field_name="hostname", lookup_expr="startswith", label="Hostname")
+
+    class Meta:
+        model = Server
+        fields = ["site", "row", "rack", "platform", "nvlink_domain", "unplaced", "q"]

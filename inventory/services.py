@@ -1,0 +1,298 @@
+"""Every write to the inventory. Views, API, admin, commands and tasks call these; each owns its
+transaction and writes its audit events in it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.conf import settings
+from django.contrib.contenttypes.models import ContentType
+from django.core.exceptions import ValidationError
+from django.db import models, transaction
+from django.db.models import F
+from django.utils import timezone
+
+from fleet.audit import (
+    Actor,
+    actor_fields,
+    audit_event,
+    audit_write,
+    audit_write_many,
+    audited_create,
+    audited_delete,
+    audited_update,
+    snapshot,
+)
+from fleet.models import AuditAction, Job, JobStatus
+from inventory.lifecycle import check_transition
+from inventory.models import Gpu, GpuMove, GpuState, GpuStateChange, MoveKind, Rack, Server
+
+
+def _actor_name(actor: Actor | None) -> str:
+    return actor_fields(actor)["actor_name"]
+
+
+# --- generic records (locations, catalog, servers) -------------------------------------------------
+
+@transaction.atomic
+def record_create(*, model: type[models.Model], actor: Actor | None, **fields: Any) -> models.Model:
+    """Create a location, catalog entry or server, audited."""
+    if model is Gpu:
+        return gpu_create(actor=actor, **fields)
+    m2m = {f.name: fields.pop(f.name) for f in model._meta.many_to_many if f.name in fields}
+    obj = audited_create(model=model, actor=actor, **fields)
+    for name, values in m2m.items():
+        getattr(obj, name).set(values)
+    return obj
+
+
+@transaction.atomic
+def record_update(*, obj: models.Model, actor: Actor | None, before: dict[str, Any] | None = None,
+                  **fields: Any) -> dict[str, list[Any]]:
+    """Update fields of a location, catalog entry or server, audited. Keeps denormalised placement."""
+    if isinstance(obj, Gpu):
+        return gpu_update(gpu=obj, actor=actor, before=before, **fields)
+    m2m = {f.name: fields.pop(f.name) for f in obj._meta.many_to_many if f.name in fields}
+    changes = audited_update(obj=obj, actor=actor, before=before, **fields)
+    for name, values in m2m.items():
+        getattr(obj, name).set(values)
+    if isinstance(obj, Server) and ("rack_id" in changes or "rack" in changes):
+        _sync_server_gpus([obj.pk])
+    if isinstance(obj, Rack) and "row_id" in changes:
+        for server in obj.servers.all():
+            server.save()
+        _sync_server_gpus(list(obj.servers.values_list("id", flat=True)))
+    return changes
+
+
+@transaction.atomic
+def record_delete(*, obj: models.Model, actor: Actor | None) -> None:
+    """Delete, audited. Anything with history is protected and refused (ProtectedError)."""
+    audited_delete(obj=obj, actor=actor)
+
+
+def _sync_server_gpus(server_ids: Sequence[int]) -> None:
+    """Copy servers' site/row/rack onto their GPUs (the denormalised filter columns)."""
+    for server in Server.objects.filter(id__in=server_ids).only("id", "site_id", "row_id", "rack_id"):
+        Gpu.objects.filter(server_id=server.pk).update(site_id=server.site_id, row_id=server.row_id,
+                                                       rack_id=server.rack_id)
+
+
+@transaction.atomic
+def server_place(*, server: Server, rack: Rack | None, rack_unit: int | None, actor: Actor | None) -> Server:
+    """Put a server in a rack position (or take it out); its GPUs follow."""
+    record_update(obj=server, actor=actor, rack=rack, rack_unit=rack_unit)
+    return server
+
+
+# --- GPUs ------------------------------------------------------------------------------------------
+
+_GPU_EDITABLE = {"serial", "serial_raw", "uuid", "uuid_raw", "identity_masked", "model", "model_id",
+                 "board_part_number", "asset_tag", "warranty_end", "vbios_version", "inforom_image",
+                 "driver_version", "minor_number"}
+
+
+def _placement_fields(server: Server | None) -> dict[str, Any]:
+    if server is None:
+        return {"server": None, "site_id": None, "row_id": None, "rack_id": None}
+    return {"server": server, "site_id": server.site_id, "row_id": server.row_id, "rack_id": server.rack_id}
+
+
+@transaction.atomic
+def gpu_create(*, actor: Actor | None, server: Server | None = None, pci_bus_id: str = "",
+               module_id: int | None = None, state: str = GpuState.RECEIVED, reason: str = "",
+               **fields: Any) -> Gpu:
+    """Register a GPU, optionally placed in a server slot. Writes the first state row and audit event."""
+    now = timezone.now()
+    gpu = Gpu(state=state, state_changed_at=now, pci_bus_id=pci_bus_id, module_id=module_id,
+              **_placement_fields(server), **fields)
+    gpu.full_clean()
+    gpu.save()
+    name = _actor_name(actor)
+    GpuStateChange.objects.create(gpu=gpu, from_state="", to_state=state, actor_name=name, reason=reason, at=now)
+    if server is not None:
+        GpuMove.objects.create(gpu=gpu, kind=MoveKind.INSTALL, to_server=server, to_pci_bus_id=pci_bus_id,
+                               to_module_id=module_id, actor_name=name, reason=reason, at=now)
+    audit_write(actor=actor, action=AuditAction.CREATE, obj=gpu, changes={k: [None, v] for k, v in
+                snapshot(gpu).items() if v not in (None, "")}, message=reason, at=now)
+    return gpu
+
+
+@transaction.atomic
+def gpu_update(*, gpu: Gpu, actor: Actor | None, before: dict[str, Any] | None = None,
+               **fields: Any) -> dict[str, list[Any]]:
+    """Edit a GPU's identity, asset and firmware fields. State and placement have their own services."""
+    illegal = set(fields) - _GPU_EDITABLE
+    if illegal:
+        raise ValidationError({name: "Change this through a transition or a move." for name in sorted(illegal)})
+    return audited_update(obj=gpu, actor=actor, before=before, **fields)
+
+
+@transaction.atomic
+def gpu_transition(*, gpu: Gpu, to_state: str, actor: Actor | None, reason: str = "") -> Gpu:
+    """Move one GPU to ``to_state``; an illegal transition raises ``ValidationError`` naming both states."""
+    locked = Gpu.objects.select_for_update().get(pk=gpu.pk)
+    check_transition(locked, to_state)
+    now = timezone.now()
+    from_state = locked.state
+    Gpu.objects.filter(pk=gpu.pk).update(state=to_state, state_changed_at=now, updated_at=now)
+    GpuStateChange.objects.create(gpu=locked, from_state=from_state, to_state=to_state,
+                                  actor_name=_actor_name(actor), reason=reason, at=now)
+    audit_write(actor=actor, action=AuditAction.TRANSITION, obj=locked,
+                changes={"state": [from_state, to_state]}, message=reason, at=now)
+    gpu.state, gpu.state_changed_at = to_state, now
+    return gpu
+
+
+@dataclass
+class BulkResult:
+    done: int = 0
+    errors: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _transition_chunk(*, gpu_ids: Sequence[int], to_state: str, actor: Actor | None, reason: str) -> BulkResult:
+    """Transition a chunk of GPUs under row locks; GPUs that may not move are reported, not moved."""
+    result = BulkResult()
+    now = timezone.now()
+    name = _actor_name(actor)
+    content_type = ContentType.objects.get_for_model(Gpu)
+    movable: list[Gpu] = []
+    for gpu in Gpu.objects.select_for_update().filter(id__in=gpu_ids).order_by("id"):
+        try:
+            check_transition(gpu, to_state)
+        except ValidationError as exc:
+            result.errors.append({"gpu": gpu.pk, "identity": gpu.identity, "error": " ".join(exc.messages)})
+            continue
+        movable.append(gpu)
+    Gpu.objects.filter(id__in=[g.pk for g in movable]).update(state=to_state, state_changed_at=now, updated_at=now)
+    GpuStateChange.objects.bulk_create(
+        GpuStateChange(gpu=g, from_state=g.state, to_state=to_state, actor_name=name, reason=reason, at=now)
+        for g in movable
+    )
+    audit_write_many(
+        audit_event(actor=actor, action=AuditAction.TRANSITION, obj=g, changes={"state": [g.state, to_state]},
+                    message=reason, at=now, content_type=content_type)
+        for g in movable
+    )
+    result.done = len(movable)
+    return result
+
+
+def gpu_bulk_transition(*, gpu_ids: Iterable[int], to_state: str, actor: Actor | None,
+                        reason: str = "") -> BulkResult | Job:
+    """Transition many GPUs. Up to ``FLEET_BULK_SYNC_LIMIT`` it runs now, all or nothing;
+    above that it becomes a background :class:`Job` processed in chunks by Celery workers.
+    """
+    ids = sorted(set(gpu_ids))
+    if not ids:
+        raise ValidationError({"gpus": "Select at least one GPU."})
+    if to_state not in GpuState.values:
+        raise ValidationError({"to_state": f"'{to_state}' is not a GPU state."})
+    if len(ids) <= settings.FLEET_BULK_SYNC_LIMIT:
+        with transaction.atomic():
+            result = _transition_chunk(gpu_ids=ids, to_state=to_state, actor=actor, reason=reason)
+            if result.errors:
+                transaction.set_rollback(True)
+                raise ValidationError(
+                    [f"{e['identity']}: {e['error']}" for e in result.errors[:20]]
+                    + ([f"... and {len(result.errors) - 20} more"] if len(result.errors) > 20 else []),
+                    code="illegal_transition",
+                )
+        return result
+    return _bulk_job_start(ids=ids, to_state=to_state, actor=actor, reason=reason)
+
+
+@transaction.atomic
+def _bulk_job_start(*, ids: list[int], to_state: str, actor: Actor | None, reason: str) -> Job:
+    from inventory.tasks import gpu_bulk_transition_chunk_task
+
+    chunk = settings.FLEET_BULK_CHUNK
+    chunks = [ids[i:i + chunk] for i in range(0, len(ids), chunk)]
+    user = actor if actor is not None and getattr(actor, "pk", None) else None
+    job = Job.objects.create(kind="gpu_bulk_transition", total=len(ids), created_by=user,
+                             params={"to_state": to_state, "reason": reason, "actor_name": _actor_name(actor),
+                                     "chunks": len(chunks), "done_chunks": []})
+    for index, chunk_ids in enumerate(chunks):
+        transaction.on_commit(lambda i=index, c=chunk_ids: gpu_bulk_transition_chunk_task.delay(job.pk, i, c))
+    return job
+
+
+def gpu_bulk_transition_chunk(*, job_id: int, chunk_index: int, gpu_ids: Sequence[int], actor: Actor | None) -> None:
+    """Process one chunk of a bulk job. Safe to run twice: a chunk already recorded is skipped."""
+    with transaction.atomic():
+        job = Job.objects.select_for_update().get(pk=job_id)
+        if chunk_index in job.params["done_chunks"]:
+            return
+        if job.status == JobStatus.QUEUED:
+            job.status, job.started_at = JobStatus.RUNNING, timezone.now()
+        result = _transition_chunk(gpu_ids=gpu_ids, to_state=job.params["to_state"], actor=actor,
+                                   reason=job.params["reason"])
+        job.params["done_chunks"].append(chunk_index)
+        job.done = F("done") + len(gpu_ids)
+        job.failed = F("failed") + len(result.errors)
+        job.errors = (job.errors + result.errors)[:1000]
+        if len(job.params["done_chunks"]) == job.params["chunks"]:
+            job.status = JobStatus.SUCCEEDED  # per-GPU refusals are counted in ``failed`` and listed
+            job.finished_at = timezone.now()
+        job.save()
+
+
+# --- placement ---------------------------------------------------------------------------------------
+
+def _move_kind(gpu: Gpu, to_server: Server | None, to_spares: bool) -> str:
+    if gpu.server_id is None and to_server is not None:
+        return MoveKind.FROM_SPARES if gpu.state == GpuState.SPARE else MoveKind.INSTALL
+    if gpu.server_id is not None and to_server is None:
+        return MoveKind.TO_SPARES if to_spares else MoveKind.REMOVE
+    if gpu.server_id is None and to_server is None:
+        return MoveKind.TO_SPARES if to_spares else MoveKind.REMOVE
+    return MoveKind.MOVE
+
+
+def gpu_move_record(*, gpu: Gpu, to_server: Server | None, to_pci_bus_id: str = "",
+                    to_module_id: int | None = None, actor: Actor | None, reason: str = "",
+                    to_spares: bool = False, at: dt.datetime | None = None) -> tuple[GpuMove, Any]:
+    """Build (unsaved) the move row and audit event for a placement change; callers that move in bulk
+    (the importer) save them with ``bulk_create``. Applies the new placement to ``gpu`` in memory."""
+    at = at or timezone.now()
+    move = GpuMove(gpu=gpu, kind=_move_kind(gpu, to_server, to_spares), from_server_id=gpu.server_id,
+                   from_pci_bus_id=gpu.pci_bus_id, from_module_id=gpu.module_id, to_server=to_server,
+                   to_pci_bus_id=to_pci_bus_id, to_module_id=to_module_id, actor_name=_actor_name(actor),
+                   reason=reason, at=at)
+    before = {"server_id": gpu.server_id, "pci_bus_id": gpu.pci_bus_id, "module_id": gpu.module_id}
+    for name, value in _placement_fields(to_server).items():
+        setattr(gpu, name, value)
+    gpu.pci_bus_id, gpu.module_id = to_pci_bus_id, to_module_id
+    after = {"server_id": gpu.server_id, "pci_bus_id": gpu.pci_bus_id, "module_id": gpu.module_id}
+    event = audit_event(actor=actor, action=AuditAction.MOVE, obj=gpu,
+                        changes={k: [before[k], after[k]] for k in before if before[k] != after[k]},
+                        message=reason, at=at)
+    return move, event
+
+
+@transaction.atomic
+def gpu_move(*, gpu: Gpu, to_server: Server | None, to_pci_bus_id: str = "", to_module_id: int | None = None,
+             actor: Actor | None, reason: str = "", to_spares: bool = False) -> Gpu:
+    """Move a GPU to a server slot, out of its server, or into the spares pool; recorded and audited."""
+    gpu = Gpu.objects.select_for_update().get(pk=gpu.pk)
+    if to_server is None and (to_pci_bus_id or to_module_id is not None):
+        raise ValidationError({"to_server": "A slot needs a server."})
+    if to_server is not None and to_pci_bus_id:
+        clash = Gpu.objects.filter(server=to_server, pci_bus_id=to_pci_bus_id).exclude(pk=gpu.pk).first()
+        if clash:
+            raise ValidationError({"to_pci_bus_id": f"{to_server} {to_pci_bus_id} holds {clash.identity}; "
+                                                    "move that GPU out first."})
+    if (gpu.server_id, gpu.pci_bus_id, gpu.module_id) == (getattr(to_server, "pk", None), to_pci_bus_id,
+                                                         to_module_id) and not to_spares:
+        return gpu
+    move, event = gpu_move_record(gpu=gpu, to_server=to_server, to_pci_bus_id=to_pci_bus_id,
+                                  to_module_id=to_module_id, actor=actor, reason=reason, to_spares=to_spares)
+    gpu.full_clean()
+    gpu.save()
+    move.save()
+    event.save()
+    return gpu
