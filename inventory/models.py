@@ -67,12 +67,12 @@ class Row(models.Model):
         ordering = ["site__code", "name", "id"]
         constraints = [models.UniqueConstraint(fields=["hall", "name"], name="row_unique_name")]
 
+    def __str__(self) -> str:
+        return f"{self.site.code}/{self.name}"
+
     def save(self, *args, **kwargs):  # type: ignore[no-untyped-def]
         self.site_id = self.hall.site_id  # denormalised: a row never leaves its hall's site
         super().save(*args, **kwargs)
-
-    def __str__(self) -> str:
-        return f"{self.site.code}/{self.name}"
 
 
 class PowerFeed(models.Model):
@@ -108,12 +108,12 @@ class Rack(models.Model):
         ]
         indexes = [models.Index(fields=["row", "position"], name="rack_row_pos_idx")]
 
+    def __str__(self) -> str:
+        return self.name
+
     def save(self, *args, **kwargs):  # type: ignore[no-untyped-def]
         self.site_id = self.row.site_id
         super().save(*args, **kwargs)
-
-    def __str__(self) -> str:
-        return self.name
 
 
 class NvlinkDomain(models.Model):
@@ -189,6 +189,9 @@ class Server(models.Model):
             models.Index(fields=["hostname"], name="server_hostname_prefix_idx", opclasses=["varchar_pattern_ops"]),
         ]
 
+    def __str__(self) -> str:
+        return self.hostname
+
     def save(self, *args, **kwargs):  # type: ignore[no-untyped-def]
         self.hostname = self.hostname.strip().lower()
         if self.rack_id:
@@ -196,9 +199,6 @@ class Server(models.Model):
         else:
             self.site_id = self.row_id = None
         super().save(*args, **kwargs)
-
-    def __str__(self) -> str:
-        return self.hostname
 
     @property
     def needs_placement(self) -> bool:

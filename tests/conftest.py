@@ -8,7 +8,7 @@ from fleet.roles import ROLES, user_set_role
 def make_user(db):
     def make(role: str | None, username: str | None = None):
         user = get_user_model().objects.create_user(username=username or f"{role or 'norole'}-user",
-                                                    password="pw-for-tests-only")
+                                                    password="pw-for-tests-only")  # noqa: S106
         if role:
             user_set_role(user, role)
         return user

@@ -47,6 +47,6 @@ def gpu(server_obj: Server | None = None, slot: int | None = None, state: str = 
         slot = server_obj.gpus.count() + 1
     fields.setdefault("serial", f"16501240{n:05d}")
     fields.setdefault("uuid", f"GPU-{n:08x}-1111-2222-3333-444455556666")
+    fields.setdefault("pci_bus_id", f"00000000:{0x10 + (slot or 0):02X}:00.0" if server_obj else "")
     return services.gpu_create(actor=SYSTEM, server=server_obj, module_id=slot if server_obj else None,
-                               pci_bus_id=f"00000000:{0x10 + (slot or 0):02X}:00.0" if server_obj else "",
                                model=gpu_model(), state=state, **fields)
