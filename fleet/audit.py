@@ -78,12 +78,21 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
+def _concrete(obj: models.Model) -> dict[str, Any]:
+    return {field.attname: _jsonable(getattr(obj, field.attname)) for field in obj._meta.concrete_fields}
+
+
 def snapshot(obj: models.Model) -> dict[str, Any]:
-    """Concrete field values of ``obj`` (foreign keys as ids), ready for JSON."""
-    data: dict[str, Any] = {}
-    for field in obj._meta.concrete_fields:
-        data[field.attname] = _jsonable(getattr(obj, field.attname))
+    """Field values of ``obj`` (foreign keys as ids, many-to-many as sorted id lists), ready for JSON."""
+    data = _concrete(obj)
+    if obj.pk is not None:
+        for field in obj._meta.many_to_many:
+            data[field.name] = sorted(getattr(obj, field.name).values_list("pk", flat=True))
     return data
+
+
+def _pop_m2m(model: type[models.Model] | models.Model, fields: dict[str, Any]) -> dict[str, Any]:
+    return {f.name: fields.pop(f.name) for f in model._meta.many_to_many if f.name in fields}
 
 
 def diff(before: dict[str, Any], after: dict[str, Any]) -> dict[str, list[Any]]:
@@ -127,27 +136,39 @@ def audit_write_many(events: Iterable[AuditEvent], batch_size: int = 2000) -> No
 
 
 def audited_create(*, model: type[models.Model], actor: Actor | None, **fields: Any) -> models.Model:
-    """Create one row and its audit event. Caller owns the transaction."""
+    """Create one row (many-to-many values included) and its audit event. Caller owns the transaction."""
+    m2m = _pop_m2m(model, fields)
     obj = model(**fields)
     obj.full_clean()
     obj.save()
+    for name, values in m2m.items():
+        getattr(obj, name).set(values)
     audit_write(actor=actor, action=AuditAction.CREATE, obj=obj, changes=diff({}, snapshot(obj)))
     return obj
 
 
 def audited_update(*, obj: models.Model, actor: Actor | None, before: dict[str, Any] | None = None,
                    **fields: Any) -> dict[str, list[Any]]:
-    """Apply ``fields`` to ``obj``, save it and audit the changed fields. Returns the changes.
+    """Apply ``fields`` (many-to-many included) to ``obj``, save it and audit what changed.
 
     Pass ``before`` when the caller already changed ``obj`` (a ModelForm or serializer did).
+    Returns ``{field: [before, after]}``; nothing is written when nothing changed.
     """
     before = before if before is not None else snapshot(obj)
+    m2m = _pop_m2m(obj, fields)
     for name, value in fields.items():
         setattr(obj, name, value)
-    changes = diff(before, snapshot(obj))
+    current = _concrete(obj)  # taken before save(), so auto_now stamps are not reported as changes
+    changes = diff({k: before.get(k) for k in current}, current)
     if changes:
         obj.full_clean()
         obj.save()
+    if m2m:
+        for name, values in m2m.items():
+            getattr(obj, name).set(values)
+        after = {name: sorted(getattr(obj, name).values_list("pk", flat=True)) for name in m2m}
+        changes |= diff({k: before.get(k) for k in after}, after)
+    if changes:
         audit_write(actor=actor, action=AuditAction.UPDATE, obj=obj, changes=changes)
     return changes
 

@@ -43,11 +43,7 @@ def record_create(*, model: type[models.Model], actor: Actor | None, **fields: A
     """Create a location, catalog entry or server, audited."""
     if model is Gpu:
         return gpu_create(actor=actor, **fields)
-    m2m = {f.name: fields.pop(f.name) for f in model._meta.many_to_many if f.name in fields}
-    obj = audited_create(model=model, actor=actor, **fields)
-    for name, values in m2m.items():
-        getattr(obj, name).set(values)
-    return obj
+    return audited_create(model=model, actor=actor, **fields)
 
 
 @transaction.atomic
@@ -56,10 +52,7 @@ def record_update(*, obj: models.Model, actor: Actor | None, before: dict[str, A
     """Update fields of a location, catalog entry or server, audited. Keeps denormalised placement."""
     if isinstance(obj, Gpu):
         return gpu_update(gpu=obj, actor=actor, before=before, **fields)
-    m2m = {f.name: fields.pop(f.name) for f in obj._meta.many_to_many if f.name in fields}
     changes = audited_update(obj=obj, actor=actor, before=before, **fields)
-    for name, values in m2m.items():
-        getattr(obj, name).set(values)
     if isinstance(obj, Server) and ("rack_id" in changes or "rack" in changes):
         _sync_server_gpus([obj.pk])
     if isinstance(obj, Rack) and "row_id" in changes:
