@@ -1,0 +1,77 @@
+"""Parsers for the files operators import GPUs from; they read bytes and never touch the database.
+
+- ``nvidia-smi -q -x`` XML (:mod:`.nvsmi_xml`), drivers 418 to 595;
+- ``nvidia-smi --query-gpu=... --format=csv[,nounits]`` (:mod:`.nvsmi_csv`);
+- Fleet's own CSV (:mod:`.fleet_csv`), which is also the GPU list's export (:func:`gpu_csv_rows`).
+
+:func:`parse` checks the encoding, detects the format (``fmt="auto"``) and dispatches. The service
+that writes what was parsed is ``inventory.imports.gpus_import``.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+
+from inventory.importers.base import (
+    FLEET_CSV,
+    FORMATS,
+    NVIDIA_SMI_CSV,
+    NVIDIA_SMI_XML,
+    GpuRecord,
+    ImportError_,
+    ParseResult,
+    decode_utf8,
+)
+from inventory.importers.fleet_csv import FLEET_CSV_COLUMNS, gpu_csv_rows, is_fleet_header, parse_fleet_csv
+from inventory.importers.nvsmi_csv import header_field, is_known_field, parse_nvidia_smi_csv
+from inventory.importers.nvsmi_xml import parse_nvidia_smi_xml
+
+__all__ = [
+    "FLEET_CSV", "FLEET_CSV_COLUMNS", "FORMATS", "NVIDIA_SMI_CSV", "NVIDIA_SMI_XML", "GpuRecord", "ImportError_",
+    "ParseResult", "gpu_csv_rows", "parse", "parse_fleet_csv", "parse_nvidia_smi_csv", "parse_nvidia_smi_xml",
+    "sniff_format",
+]
+
+
+def sniff_format(text: str) -> str | None:
+    """``nvidia-smi-xml`` when the text starts like XML; for CSV the header names decide. ``None``: unknown."""
+    head = text.lstrip()
+    if head.startswith("<"):
+        return NVIDIA_SMI_XML
+    first_line = next(csv.reader(io.StringIO(head[:65536])), [])
+    names = [cell.strip().lower() for cell in first_line]
+    if is_fleet_header(names):
+        return FLEET_CSV
+    smi_names = [header_field(cell) for cell in first_line]
+    if smi_names and all(is_known_field(name) for name in smi_names):
+        return NVIDIA_SMI_CSV
+    if any("." in name for name in smi_names) or {"name", "index", "pci.bus_id"} & set(smi_names):
+        return NVIDIA_SMI_CSV  # nvidia-smi's, with a column it doesn't know: its parser names it
+    if {"model", "asset_tag", "state", "warranty_end"} & set(names):
+        return FLEET_CSV
+    return None
+
+
+def parse(content: bytes, *, filename: str, fmt: str = "auto") -> ParseResult:
+    """Decode (UTF-8 only; a BOM is dropped), detect the format if ``fmt="auto"``, and parse."""
+    content, text, error = decode_utf8(content, filename)
+    if error is not None or text is None:
+        return ParseResult(fmt=fmt, errors=[error] if error else [])
+    if not text.strip():
+        return ParseResult(fmt=fmt, errors=[ImportError_(filename, None, "file", "the file is empty")])
+    if fmt == "auto":
+        detected = sniff_format(text)
+        if detected is None:
+            return ParseResult(fmt=fmt, errors=[ImportError_(
+                filename, 1, "format", "cannot tell the format: not XML, and the first line is neither an "
+                "nvidia-smi CSV header nor a Fleet CSV header; choose the format explicitly")])
+        fmt = detected
+    if fmt == NVIDIA_SMI_XML:
+        return parse_nvidia_smi_xml(content, filename=filename)
+    if fmt == NVIDIA_SMI_CSV:
+        return parse_nvidia_smi_csv(text, filename=filename)
+    if fmt == FLEET_CSV:
+        return parse_fleet_csv(text, filename=filename)
+    return ParseResult(fmt=fmt, errors=[ImportError_(filename, None, "format",
+                                                     f"unknown format {fmt!r} (one of auto, {', '.join(FORMATS)})")])
