@@ -1,1 +1,33 @@
-urlpatterns: list = []
+"""``/api/v1/``: one router for every resource. Names live in the ``api`` namespace (``api:gpu-list``) so they
+never shadow the HTML pages' names (``gpu-list``)."""
+
+from django.urls import path
+from rest_framework.authtoken.views import obtain_auth_token
+from rest_framework.routers import DefaultRouter
+
+from inventory import api
+
+app_name = "api"
+
+router = DefaultRouter()
+router.register("sites", api.SiteViewSet, basename="site")
+router.register("halls", api.HallViewSet, basename="hall")
+router.register("rows", api.RowViewSet, basename="row")
+router.register("racks", api.RackViewSet, basename="rack")
+router.register("power-feeds", api.PowerFeedViewSet, basename="powerfeed")
+router.register("nvlink-domains", api.NvlinkDomainViewSet, basename="nvlinkdomain")
+router.register("gpu-models", api.GpuModelViewSet, basename="gpumodel")
+router.register("platforms", api.PlatformViewSet, basename="platform")
+router.register("servers", api.ServerViewSet, basename="server")
+router.register("gpus", api.GpuViewSet, basename="gpu")
+router.register("gpu-state-changes", api.GpuStateChangeViewSet, basename="gpustatechange")
+router.register("gpu-moves", api.GpuMoveViewSet, basename="gpumove")
+router.register("firmware-observations", api.FirmwareObservationViewSet, basename="firmwareobservation")
+router.register("imports", api.ImportViewSet, basename="import")
+router.register("audit-events", api.AuditEventViewSet, basename="auditevent")
+router.register("jobs", api.JobViewSet, basename="job")
+
+urlpatterns = [
+    path("auth/token/", obtain_auth_token, name="token"),
+    *router.urls,
+]

@@ -32,3 +32,19 @@ def pytest_configure(config):
 
     # Hashing is not under test; PBKDF2's million rounds cost 0.3 s per user.
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture
+def api(users):
+    """``api(role)``: a DRF test client authenticated with that role's token; ``api(None)`` is anonymous."""
+    from rest_framework.authtoken.models import Token
+    from rest_framework.test import APIClient
+
+    def make(role: str | None = "operator") -> APIClient:
+        client = APIClient()
+        if role:
+            token, _ = Token.objects.get_or_create(user=users[role])
+            client.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
+        return client
+
+    return make

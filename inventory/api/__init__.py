@@ -1,0 +1,26 @@
+"""The inventory REST API (``/api/v1/``): serializers, filters and ViewSets, routed in ``inventory.api_urls``."""
+
+from inventory.api.gpus import GpuViewSet
+from inventory.api.imports import ImportViewSet
+from inventory.api.views import (
+    AuditEventViewSet,
+    FirmwareObservationViewSet,
+    GpuModelViewSet,
+    GpuMoveViewSet,
+    GpuStateChangeViewSet,
+    HallViewSet,
+    JobViewSet,
+    NvlinkDomainViewSet,
+    PlatformViewSet,
+    PowerFeedViewSet,
+    RackViewSet,
+    RowViewSet,
+    ServerViewSet,
+    SiteViewSet,
+)
+
+__all__ = [
+    "AuditEventViewSet", "FirmwareObservationViewSet", "GpuModelViewSet", "GpuMoveViewSet", "GpuStateChangeViewSet",
+    "GpuViewSet", "HallViewSet", "ImportViewSet", "JobViewSet", "NvlinkDomainViewSet", "PlatformViewSet",
+    "PowerFeedViewSet", "RackViewSet", "RowViewSet", "ServerViewSet", "SiteViewSet",
+]

@@ -1,0 +1,174 @@
+"""ViewSets for locations, catalog, servers, history, audit events and jobs.
+
+Writes go through ``inventory.services`` (audited, with the request's user as actor); reads come from
+``inventory.selectors`` with every related object the representation shows already joined.
+"""
+
+from __future__ import annotations
+
+from django.db.models import QuerySet
+from rest_framework import serializers
+
+from fleet.api import AuditedModelViewSet, NewestFirstCursorPagination, ReadOnlyViewSet
+from fleet.models import AuditEvent, Job
+from inventory import selectors, services
+from inventory.api import filters
+from inventory.api import serializers as s
+from inventory.filters import ServerFilter
+from inventory.models import FirmwareObservation, GpuModel, GpuStateChange, Site
+
+
+class RecordViewSet(AuditedModelViewSet):
+    """Locations, catalog entries and servers: plain records, audited create/update/delete."""
+
+    create_service = services.record_create
+    update_service = services.record_update
+    delete_service = services.record_delete
+
+
+class SiteViewSet(RecordViewSet):
+    queryset = Site.objects.order_by("id")
+    serializer_class = s.SiteSerializer
+    filterset_fields = ["code"]
+
+
+class HallViewSet(RecordViewSet):
+    serializer_class = s.HallSerializer
+    filterset_class = filters.HallFilter
+
+    def get_queryset(self) -> QuerySet:
+        return selectors.hall_list()
+
+
+class RowViewSet(RecordViewSet):
+    serializer_class = s.RowSerializer
+    filterset_class = filters.RowFilter
+
+    def get_queryset(self) -> QuerySet:
+        return selectors.row_list()
+
+
+class RackViewSet(RecordViewSet):
+    serializer_class = s.RackSerializer
+    filterset_class = filters.RackFilter
+
+    def get_queryset(self) -> QuerySet:
+        return selectors.rack_list()
+
+
+class PowerFeedViewSet(RecordViewSet):
+    serializer_class = s.PowerFeedSerializer
+    filterset_class = filters.PowerFeedFilter
+
+    def get_queryset(self) -> QuerySet:
+        return selectors.power_feed_list()
+
+
+class NvlinkDomainViewSet(RecordViewSet):
+    serializer_class = s.NvlinkDomainSerializer
+    filterset_class = filters.NvlinkDomainFilter
+
+    def get_queryset(self) -> QuerySet:
+        return selectors.nvlink_domain_list()
+
+
+class GpuModelViewSet(RecordViewSet):
+    queryset = GpuModel.objects.order_by("id")
+    serializer_class = s.GpuModelSerializer
+    filterset_fields = ["sku", "name", "architecture"]
+
+
+class PlatformViewSet(RecordViewSet):
+    serializer_class = s.PlatformSerializer
+    filterset_fields = ["name", "vendor", "gpu_model"]
+
+    def get_queryset(self) -> QuerySet:
+        return selectors.platform_list()
+
+
+class ServerViewSet(RecordViewSet):
+    serializer_class = s.ServerSerializer
+    filterset_class = ServerFilter
+
+    def get_queryset(self) -> QuerySet:
+        return selectors.server_list()
+
+
+# --- history: written only by the lifecycle, placement and import services ----------------------------
+
+
+class GpuStateChangeViewSet(ReadOnlyViewSet):
+    """Lifecycle history, newest first."""
+
+    queryset = GpuStateChange.objects.order_by("-id")
+    serializer_class = s.GpuStateChangeSerializer
+    filterset_class = filters.GpuStateChangeFilter
+    pagination_class = NewestFirstCursorPagination
+
+
+class GpuMoveViewSet(ReadOnlyViewSet):
+    """Placement history, newest first."""
+
+    serializer_class = s.GpuMoveSerializer
+    filterset_class = filters.GpuMoveFilter
+    pagination_class = NewestFirstCursorPagination
+
+    def get_queryset(self) -> QuerySet:
+        return selectors.gpu_move_list()
+
+
+class FirmwareObservationViewSet(ReadOnlyViewSet):
+    queryset = FirmwareObservation.objects.order_by("id")
+    serializer_class = s.FirmwareObservationSerializer
+    filterset_class = filters.FirmwareObservationFilter
+
+
+# --- fleet: audit trail and background jobs --------------------------------------------------------------
+
+
+class AuditEventSerializer(serializers.ModelSerializer):
+    content_type = serializers.SerializerMethodField(help_text="Kind of object, as app_label.model")
+
+    class Meta:
+        model = AuditEvent
+        fields = ["id", "at", "actor", "actor_name", "source", "action", "content_type", "object_id",
+                  "object_repr", "changes", "message"]
+        extra_kwargs = {"changes": {"help_text": "{field: [before, after]} for every changed field"}}
+
+    def get_content_type(self, event: AuditEvent) -> str:
+        return f"{event.content_type.app_label}.{event.content_type.model}"
+
+
+class JobSerializer(serializers.ModelSerializer):
+    url = serializers.HyperlinkedIdentityField(view_name="api:job-detail")
+    created_by = serializers.SlugRelatedField(slug_field="username", read_only=True, allow_null=True)
+    percent = serializers.IntegerField(read_only=True, help_text="done / total, 0-100")
+    finished = serializers.BooleanField(read_only=True)
+
+    class Meta:
+        model = Job
+        fields = ["id", "url", "kind", "status", "total", "done", "failed", "percent", "finished", "errors",
+                  "created_by", "created_at", "started_at", "finished_at"]
+        extra_kwargs = {"errors": {"help_text": "Per-item failures (first 1000)"}}
+
+
+class AuditEventViewSet(ReadOnlyViewSet):
+    """Who changed what, from where, and when: newest first."""
+
+    serializer_class = AuditEventSerializer
+    filterset_class = filters.AuditEventFilter
+    pagination_class = NewestFirstCursorPagination
+
+    def get_queryset(self) -> QuerySet:
+        return selectors.audit_list()
+
+
+class JobViewSet(ReadOnlyViewSet):
+    """Background jobs (bulk transitions) and their progress: poll ``GET /jobs/{id}/`` until ``finished``."""
+
+    serializer_class = JobSerializer
+    filterset_class = filters.JobFilter
+    pagination_class = NewestFirstCursorPagination
+
+    def get_queryset(self) -> QuerySet:
+        return selectors.job_list()
