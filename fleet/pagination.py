@@ -1,3 +1,11 @@
+from __future__ import annotations
+
+from collections.abc import Collection
+from dataclasses import dataclass
+from typing import Any
+
+from django.core import signing
+from django.db.models import F, Q, QuerySet
 from rest_framework.pagination import CursorPagination
 
 
@@ -8,3 +16,91 @@ class IdCursorPagination(CursorPagination):
     page_size = 50
     page_size_query_param = "page_size"
     max_page_size = 1000
+
+
+# --- keyset pagination for HTML lists -----------------------------------------------------------------
+# ``?after=<cursor>`` walks a list on (sort value, id): every page is one indexed range scan with LIMIT
+# size + 1 (the extra row says whether there is a next page). No COUNT(*), no OFFSET.
+# Sorting on the primary key keeps the cursor a plain id (``?after=1234``); any other sort signs the
+# (value, id) pair into a URL-safe token so a hand-edited cursor is simply ignored.
+
+_SALT = "fleet.pagination.keyset"
+
+
+@dataclass(frozen=True)
+class KeysetPage[T]:
+    items: list[T]
+    sort: str
+    next_after: str | None  # cursor of the next page, None on the last page
+    after: str | None  # cursor this page was asked for (None on the first page)
+
+    @property
+    def has_next(self) -> bool:
+        return self.next_after is not None
+
+    @property
+    def is_first(self) -> bool:
+        return self.after is None
+
+
+def _sort_field(qs: QuerySet[Any], sort: str) -> tuple[str, bool, bool]:
+    """(field name, descending, nullable) for a sort key such as ``serial`` or ``-id``."""
+    descending = sort.startswith("-")
+    name = sort.lstrip("-")
+    field = qs.model._meta.get_field(name)
+    return name, descending, bool(getattr(field, "null", False))
+
+
+def _decode(cursor: str | None, *, by_id: bool, sort: str) -> tuple[Any, int] | None:
+    if not cursor:
+        return None
+    if by_id:
+        return (None, int(cursor)) if cursor.isdigit() else None
+    try:
+        value, pk = signing.loads(cursor, salt=f"{_SALT}.{sort}")
+    except (signing.BadSignature, TypeError, ValueError):
+        return None
+    return value, int(pk)
+
+
+def _encode(obj: Any, *, name: str, by_id: bool, sort: str) -> str:
+    if by_id:
+        return str(obj.pk)
+    return signing.dumps([getattr(obj, name), obj.pk], salt=f"{_SALT}.{sort}", compress=False)
+
+
+def keyset_page[T](qs: QuerySet[T], *, after: str | None, size: int, sort: str = "id",
+                   allowed: Collection[str] = ("id", "-id")) -> KeysetPage[T]:
+    """One page of ``qs`` ordered by ``sort`` then id, starting after the ``after`` cursor.
+
+    ``sort`` outside ``allowed`` falls back to the first allowed key; a bad cursor gives the first page.
+    Sort values must be JSON scalars (text, numbers); NULLs sort last ascending, first descending.
+    """
+    if sort not in allowed:
+        sort = next(iter(allowed))
+    name, descending, nullable = _sort_field(qs, sort)
+    by_id = name == qs.model._meta.pk.name
+    position = _decode(after, by_id=by_id, sort=sort)
+    gt, lt = ("lt", "gt") if descending else ("gt", "lt")
+    pk_order = "-pk" if descending else "pk"
+    if by_id:
+        qs = qs.order_by(pk_order)
+        if position is not None:
+            qs = qs.filter(**{f"pk__{gt}": position[1]})
+    else:
+        column = F(name).desc(nulls_first=True) if descending else F(name).asc(nulls_last=True)
+        qs = qs.order_by(column, pk_order)
+        if position is not None:
+            value, pk = position
+            if value is None:  # inside the NULL block
+                cond = Q(**{f"{name}__isnull": True, f"pk__{gt}": pk})
+                if descending:  # NULLs come first descending: every non-NULL row is still ahead
+                    cond |= Q(**{f"{name}__isnull": False})
+            else:
+                cond = Q(**{f"{name}__{gt}": value}) | Q(**{name: value, f"pk__{gt}": pk})
+                if nullable and not descending:  # NULLs come last ascending
+                    cond |= Q(**{f"{name}__isnull": True})
+            qs = qs.filter(cond)
+    rows = list(qs[: size + 1])
+    next_after = _encode(rows[size - 1], name=name, by_id=by_id, sort=sort) if len(rows) > size else None
+    return KeysetPage(items=rows[:size], sort=sort, next_after=next_after, after=after if position else None)

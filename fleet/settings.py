@@ -116,6 +116,7 @@ USE_TZ = True
 STATIC_URL = "/static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = VAR_DIR / "staticfiles"
+STATIC_ROOT.mkdir(exist_ok=True)
 WHITENOISE_USE_FINDERS = True
 WHITENOISE_AUTOREFRESH = DEBUG
 
@@ -156,6 +157,8 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
+    # One schema component for the GPU state enum, whichever field (state, from_state, to_state) uses it.
+    "ENUM_NAME_OVERRIDES": {"GpuStateEnum": "inventory.models.GpuState"},
 }
 
 # --- Celery --------------------------------------------------------------------------------------

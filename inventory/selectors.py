@@ -2,18 +2,24 @@
 
 from __future__ import annotations
 
-from django.db.models import Count, QuerySet
+from django.db.models import Count, OuterRef, QuerySet, Subquery
+from django.db.models.functions import Coalesce
 
-from fleet.models import AuditEvent
+from fleet.models import AuditEvent, Job
 from inventory.models import (
     FirmwareObservation,
     Gpu,
+    GpuModel,
     GpuMove,
     GpuState,
     GpuStateChange,
+    Hall,
+    NvlinkDomain,
+    PowerFeed,
     Rack,
     Row,
     Server,
+    ServerPlatform,
     Site,
 )
 
@@ -106,3 +112,64 @@ def gpus_needing_attention() -> dict[str, QuerySet]:
         "drained": gpu_list().filter(state=GpuState.DRAINED),
         "unplaced_servers": Server.objects.filter(rack__isnull=True).order_by("id"),
     }
+
+
+# --- operator UI ---------------------------------------------------------------------------------------
+
+def gpu_model_skus() -> dict[str, str]:
+    """GPU model name -> SKU (the GPU list filters models by SKU; counts group by name)."""
+    return dict(GpuModel.objects.values_list("name", "sku"))
+
+
+def rack_detail(pk: int) -> Rack:
+    return Rack.objects.select_related("row__hall", "site").get(pk=pk)
+
+
+def row_detail(pk: int) -> Row:
+    return Row.objects.select_related("hall", "site").get(pk=pk)
+
+
+def site_list() -> QuerySet[Site]:
+    """Sites with their rack, server and GPU counts (one correlated count per column, on indexed site ids)."""
+
+    def count(model: type[Rack] | type[Server] | type[Gpu]) -> Coalesce:
+        per_site = model.objects.filter(site=OuterRef("pk")).order_by().values("site").annotate(n=Count("id"))
+        return Coalesce(Subquery(per_site.values("n")), 0)
+
+    return Site.objects.annotate(rack_count=count(Rack), server_count=count(Server), gpu_count=count(Gpu),
+                                 hall_count=Count("halls")).order_by("code")
+
+
+# --- REST API lists: every related object the representation shows is joined (one query per page) -----
+
+def hall_list() -> QuerySet[Hall]:
+    return Hall.objects.select_related("site").order_by("id")
+
+
+def row_list() -> QuerySet[Row]:
+    return Row.objects.select_related("hall", "site").order_by("id")
+
+
+def rack_list() -> QuerySet[Rack]:
+    """Racks with their row and site; power feed ids in one prefetch query per page."""
+    return Rack.objects.select_related("row", "site").prefetch_related("power_feeds").order_by("id")
+
+
+def power_feed_list() -> QuerySet[PowerFeed]:
+    return PowerFeed.objects.select_related("site").order_by("id")
+
+
+def nvlink_domain_list() -> QuerySet[NvlinkDomain]:
+    return NvlinkDomain.objects.select_related("site").order_by("id")
+
+
+def platform_list() -> QuerySet[ServerPlatform]:
+    return ServerPlatform.objects.select_related("gpu_model").order_by("id")
+
+
+def gpu_move_list() -> QuerySet[GpuMove]:
+    return GpuMove.objects.select_related("from_server", "to_server").order_by("-id")
+
+
+def job_list() -> QuerySet[Job]:
+    return Job.objects.select_related("created_by").order_by("-id")

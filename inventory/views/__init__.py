@@ -1,0 +1,30 @@
+"""Operator web UI of the inventory (HTML + htmx). One module per area, re-exported here."""
+
+from inventory.views.gpus import gpu_bulk_transition, gpu_detail, gpu_export, gpu_list, gpu_transition
+from inventory.views.imports import import_preview, import_upload
+from inventory.views.places import (
+    dashboard,
+    rack_detail,
+    row_detail,
+    server_detail,
+    server_list,
+    site_detail,
+    site_list,
+)
+
+__all__ = [
+    "dashboard",
+    "gpu_bulk_transition",
+    "gpu_detail",
+    "gpu_export",
+    "gpu_list",
+    "gpu_transition",
+    "import_preview",
+    "import_upload",
+    "rack_detail",
+    "row_detail",
+    "server_detail",
+    "server_list",
+    "site_detail",
+    "site_list",
+]

@@ -1,0 +1,186 @@
+"""GPU pages: the filtered list (htmx table swaps, keyset pages, bulk transition, CSV export) and the
+GPU page with its transition form."""
+
+from __future__ import annotations
+
+import csv
+from typing import Any
+
+from django import forms
+from django.conf import settings
+from django.contrib import messages
+from django.core.exceptions import ValidationError
+from django.http import Http404, HttpResponse, QueryDict, StreamingHttpResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.utils import timezone
+from django.views.decorators.http import require_POST
+
+from fleet.models import Job
+from fleet.pagination import keyset_page
+from fleet.roles import OPERATOR, has_role
+from fleet.views import (
+    HtmxHttpRequest,
+    audit_query_for,
+    audit_rows,
+    compact_choices,
+    operator_required,
+    query_with,
+    query_without,
+    render_page,
+    viewer_required,
+)
+from inventory import selectors, services
+from inventory.filters import GpuFilter
+from inventory.forms import BulkTransitionForm, GpuTransitionForm
+from inventory.importers import gpu_csv_rows
+from inventory.lifecycle import allowed_targets
+from inventory.models import Gpu, GpuState
+
+GPU_SORTS = {"id": "Oldest first", "-id": "Newest first", "serial": "Serial", "state": "State"}
+
+# Filters over large tables are typed, not picked from a <select> of thousands of options.
+_TYPED_FILTERS = {"row": "row id", "rack": "rack id", "server": "hostname", "vbios": "96.00.…",
+                  "driver": "550.54.15", "q": "serial, UUID, hostname, asset tag"}
+
+
+def gpu_filter(params: QueryDict) -> GpuFilter:
+    """The API's GpuFilter, with widgets for a dense HTML form."""
+    filterset = GpuFilter(params, queryset=selectors.gpu_list())
+    fields = filterset.form.fields
+    for name, placeholder in _TYPED_FILTERS.items():
+        fields[name].widget = forms.TextInput(attrs={"placeholder": placeholder})
+    fields["q"].widget.input_type = "search"
+    fields["q"].label = "Search"
+    fields["state"].widget = forms.CheckboxSelectMultiple(choices=fields["state"].choices)
+    compact_choices(fields, site="Any site", model="Any model")
+    return filterset
+
+
+def filter_is_set(filterset: GpuFilter) -> bool:
+    return filterset.is_valid() and any(v not in (None, "", [], ()) for v in filterset.form.cleaned_data.values())
+
+
+def _list_url(filter_query: str) -> str:
+    return f"{reverse('gpu-list')}?{filter_query}" if filter_query else reverse("gpu-list")
+
+
+@viewer_required
+def gpu_list(request: HtmxHttpRequest) -> HttpResponse:
+    filterset = gpu_filter(request.GET)
+    # An invalid filter (unknown site, bad rack id) shows nothing rather than silently showing everything.
+    queryset = filterset.qs if filterset.is_valid() else Gpu.objects.none()
+    page = keyset_page(queryset, after=request.GET.get("after"), size=settings.FLEET_PAGE_SIZE,
+                       sort=request.GET.get("sort", "id"), allowed=GPU_SORTS)
+    filter_query = query_without(request.GET, "after", "sort")
+    context = {
+        "filter": filterset,
+        "page": page,
+        "sorts": GPU_SORTS,
+        "filter_query": filter_query,
+        "filter_set": filter_is_set(filterset),
+        "next_query": query_with(request.GET, after=page.next_after) if page.has_next else None,
+        "first_query": query_without(request.GET, "after"),
+        "bulk_form": BulkTransitionForm(initial={"filter": filter_query}) if has_role(request.user, OPERATOR) else None,
+    }
+    return render_page(request, "inventory/gpu_list.html", "gpu-table", context)
+
+
+class _Echo:
+    """A file-like object whose ``write`` returns the line, for streaming ``csv.writer`` output."""
+
+    def write(self, value: str) -> str:
+        return value
+
+
+@viewer_required
+def gpu_export(request: HtmxHttpRequest) -> StreamingHttpResponse:
+    """The GPUs of the current filter as CSV (the importer's own column format), streamed row by row."""
+    filterset = GpuFilter(request.GET, queryset=selectors.gpu_list())
+    queryset = filterset.qs if filterset.is_valid() else Gpu.objects.none()
+    writer = csv.writer(_Echo())
+    response = StreamingHttpResponse((writer.writerow(row) for row in gpu_csv_rows(queryset)),
+                                     content_type="text/csv; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="fleet-gpus-{timezone.now():%Y%m%d-%H%M%S}.csv"'
+    return response
+
+
+@operator_required
+@require_POST
+def gpu_bulk_transition(request: HtmxHttpRequest) -> HttpResponse:
+    """Move the ticked GPUs, or every GPU of the filter, to one state: now when few, as a job when many."""
+    form = BulkTransitionForm(request.POST)
+    back = _list_url(request.POST.get("filter", ""))
+    if not form.is_valid():
+        for errors in form.errors.values():
+            for error in errors:
+                messages.error(request, error)
+        return redirect(back)
+    data = form.cleaned_data
+    if data["scope"] == BulkTransitionForm.FILTER:
+        filterset = GpuFilter(QueryDict(data["filter"]), queryset=Gpu.objects.all())
+        if not filter_is_set(filterset):
+            messages.error(request, "Set a valid filter first: a bulk change of the whole fleet is not offered here.")
+            return redirect(back)
+        gpu_ids = list(filterset.qs.values_list("id", flat=True))
+    else:
+        gpu_ids = data["gpu"]
+    label = GpuState(data["to_state"]).label
+    try:
+        result = services.gpu_bulk_transition(gpu_ids=gpu_ids, to_state=data["to_state"], actor=request.user,
+                                              reason=data["reason"])
+    except ValidationError as exc:
+        messages.error(request, f"Nothing was changed: not every GPU may move to {label}.")
+        for message in exc.messages:
+            messages.error(request, message)
+        return redirect(back)
+    if isinstance(result, Job):
+        messages.info(request, f"Moving {result.total} GPUs to {label} in the background.")
+        return redirect("job-detail", pk=result.pk)
+    messages.success(request, f"{result.done} GPU{'s' if result.done != 1 else ''} moved to {label}.")
+    return redirect(back)
+
+
+def _gpu_or_404(pk: int) -> Gpu:
+    try:
+        return selectors.gpu_detail(pk)
+    except Gpu.DoesNotExist:
+        raise Http404("No such GPU.") from None
+
+
+def _gpu_page(request: HtmxHttpRequest, gpu: Gpu, form: GpuTransitionForm | None = None) -> HttpResponse:
+    if form is None and has_role(request.user, OPERATOR) and allowed_targets(gpu.state):
+        form = GpuTransitionForm(gpu=gpu)
+    context: dict[str, Any] = {
+        "gpu": gpu,
+        "form": form,
+        "history": selectors.gpu_state_history(gpu)[:100],
+        "moves": selectors.gpu_moves(gpu)[:100],
+        "firmware": selectors.gpu_firmware(gpu),
+        "audit": audit_rows(selectors.audit_for(gpu)[:50]),
+        "audit_query": audit_query_for(gpu),
+    }
+    return render(request, "inventory/gpu_detail.html", context)
+
+
+@viewer_required
+def gpu_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    return _gpu_page(request, _gpu_or_404(pk))
+
+
+@operator_required
+@require_POST
+def gpu_transition(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    gpu = _gpu_or_404(pk)
+    form = GpuTransitionForm(request.POST, gpu=gpu)
+    if form.is_valid():
+        before = gpu.get_state_display()
+        try:
+            services.gpu_transition(gpu=gpu, to_state=form.cleaned_data["to_state"], actor=request.user,
+                                    reason=form.cleaned_data["reason"])
+        except ValidationError as exc:
+            form.add_error("to_state", exc.messages)
+        else:
+            messages.success(request, f"{gpu.identity}: {before} → {gpu.get_state_display()}.")
+            return redirect("gpu-detail", pk=gpu.pk)
+    return _gpu_page(request, gpu, form)
