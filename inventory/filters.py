@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import django_filters
+from django.core.exceptions import ValidationError
 from django.db.models import Q, QuerySet
+from django.http import QueryDict
 
 from inventory.identity import normalize_uuid
 from inventory.models import Gpu, GpuModel, GpuState, Rack, Row, Server, Site
@@ -55,3 +57,23 @@ class ServerFilter(django_filters.FilterSet):
     class Meta:
         model = Server
         fields = ["site", "row", "rack", "platform", "nvlink_domain", "unplaced", "q"]
+
+
+def filter_has_criteria(filterset: django_filters.FilterSet) -> bool:
+    """A valid filter that sets at least one criterion."""
+    return filterset.is_valid() and any(v not in (None, "", [], ()) for v in filterset.form.cleaned_data.values())
+
+
+def gpu_ids_matching(params: QueryDict) -> list[int]:
+    """Ids of every GPU the GPU list's filters select, for bulk actions.
+
+    An invalid filter, or one that sets no criterion, is refused: a bulk change must never widen to
+    the whole fleet because a filter was empty or misspelt.
+    """
+    filterset = GpuFilter(params, queryset=Gpu.objects.all())
+    if not filterset.is_valid():
+        raise ValidationError(filterset.errors)
+    if not filter_has_criteria(filterset):
+        raise ValidationError("A filter needs at least one criterion: a bulk change of the whole fleet is not offered.",
+                              code="empty_filter")
+    return list(filterset.qs.order_by("id").values_list("id", flat=True))

@@ -23,7 +23,7 @@ from fleet.roles import OPERATOR
 from inventory import selectors, services
 from inventory.api.serializers import GpuSerializer
 from inventory.api.views import JobSerializer
-from inventory.filters import GpuFilter
+from inventory.filters import GpuFilter, gpu_ids_matching
 from inventory.identity import normalize_pci_bus_id
 from inventory.models import Gpu, GpuState, Server
 
@@ -41,7 +41,6 @@ class GpuSelectionField(serializers.Field):
 
     default_error_messages = {
         "invalid": "Give a list of GPU ids or a filter object.",
-        "empty_filter": "A filter needs at least one criterion.",
         "unknown_keys": "Unknown filter {keys}; filters are {allowed}.",
         "unknown_ids": "No GPU has id {ids}.",
     }
@@ -74,12 +73,10 @@ class GpuSelectionField(serializers.Field):
         for name, value in data.items():
             values = value if isinstance(value, list) else [value]
             params.setlist(name, [str(v) for v in values if v is not None and v != ""])
-        if not any(params.getlist(name) for name in params):
-            self.fail("empty_filter")
-        filterset = GpuFilter(data=params, queryset=Gpu.objects.all())
-        if not filterset.is_valid():
-            raise serializers.ValidationError(filterset.errors)
-        return list(filterset.qs.order_by("id").values_list("id", flat=True))
+        try:
+            return gpu_ids_matching(params)
+        except DjangoValidationError as exc:
+            raise serializers.ValidationError(validation_detail(exc)) from None
 
 
 def _filter_schema(name: str, f: django_filters.Filter) -> dict[str, Any]:

@@ -31,7 +31,7 @@ from fleet.views import (
     viewer_required,
 )
 from inventory import selectors, services
-from inventory.filters import GpuFilter
+from inventory.filters import GpuFilter, filter_has_criteria, gpu_ids_matching
 from inventory.forms import BulkTransitionForm, GpuTransitionForm
 from inventory.importers import gpu_csv_rows
 from inventory.lifecycle import allowed_targets
@@ -57,10 +57,6 @@ def gpu_filter(params: QueryDict) -> GpuFilter:
     return filterset
 
 
-def filter_is_set(filterset: GpuFilter) -> bool:
-    return filterset.is_valid() and any(v not in (None, "", [], ()) for v in filterset.form.cleaned_data.values())
-
-
 def _list_url(filter_query: str) -> str:
     return f"{reverse('gpu-list')}?{filter_query}" if filter_query else reverse("gpu-list")
 
@@ -78,7 +74,7 @@ def gpu_list(request: HtmxHttpRequest) -> HttpResponse:
         "page": page,
         "sorts": GPU_SORTS,
         "filter_query": filter_query,
-        "filter_set": filter_is_set(filterset),
+        "filter_set": filter_has_criteria(filterset),
         "next_query": query_with(request.GET, after=page.next_after) if page.has_next else None,
         "first_query": query_without(request.GET, "after"),
         "bulk_form": BulkTransitionForm(initial={"filter": filter_query}) if has_role(request.user, OPERATOR) else None,
@@ -118,11 +114,11 @@ def gpu_bulk_transition(request: HtmxHttpRequest) -> HttpResponse:
         return redirect(back)
     data = form.cleaned_data
     if data["scope"] == BulkTransitionForm.FILTER:
-        filterset = GpuFilter(QueryDict(data["filter"]), queryset=Gpu.objects.all())
-        if not filter_is_set(filterset):
+        try:
+            gpu_ids = gpu_ids_matching(QueryDict(data["filter"]))
+        except ValidationError:
             messages.error(request, "Set a valid filter first: a bulk change of the whole fleet is not offered here.")
             return redirect(back)
-        gpu_ids = list(filterset.qs.values_list("id", flat=True))
     else:
         gpu_ids = data["gpu"]
     label = GpuState(data["to_state"]).label
