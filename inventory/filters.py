@@ -32,7 +32,8 @@ class GpuFilter(django_filters.FilterSet):
     rack = django_filters.ModelChoiceFilter(queryset=Rack.objects.all())
     server = django_filters.ModelChoiceFilter(queryset=Server.objects.all(), to_field_name="hostname")
     model = django_filters.ModelChoiceFilter(queryset=GpuModel.objects.all(), to_field_name="sku")
-    state = django_filters.MultipleChoiceFilter(choices=GpuState.choices)
+    # distinct=False: a state list is an IN on one column; DISTINCT would sort every match before LIMIT.
+    state = django_filters.MultipleChoiceFilter(choices=GpuState.choices, distinct=False)
     vbios = django_filters.CharFilter(field_name="vbios_version", label="VBIOS version")
     driver = django_filters.CharFilter(field_name="driver_version", label="Driver version")
     masked = django_filters.BooleanFilter(field_name="identity_masked", label="Masked identity")

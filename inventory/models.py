@@ -8,6 +8,8 @@ is one indexed column, as NetBox does with ``_site``/``_rack``.
 
 from __future__ import annotations
 
+from decimal import Decimal
+
 from django.db import models
 from django.db.models import Q
 
@@ -36,7 +38,7 @@ class Site(models.Model):
     timezone = models.CharField(max_length=64, default="UTC")
     electricity_price_kwh = models.DecimalField(max_digits=8, decimal_places=4, default=0,
                                                 help_text="Price per kWh in the site's currency")
-    pue = models.DecimalField("PUE", max_digits=4, decimal_places=2, default=1.3)
+    pue = models.DecimalField("PUE", max_digits=4, decimal_places=2, default=Decimal("1.30"))
 
     class Meta:
         ordering = ["code"]
@@ -264,6 +266,7 @@ class Gpu(models.Model):
             models.Index(fields=["vbios_version", "id"], name="gpu_vbios_idx"),
             models.Index(fields=["driver_version", "id"], name="gpu_driver_idx"),
             models.Index(fields=["identity_masked", "id"], name="gpu_masked_idx"),
+            models.Index(fields=["id"], condition=Q(server__isnull=True), name="gpu_unplaced_idx"),
         ]
 
     def __str__(self) -> str:
