@@ -26,6 +26,7 @@ Rules:
 from __future__ import annotations
 
 import datetime as dt
+import json
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -33,6 +34,8 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.contenttypes.models import ContentType
+from django.core.exceptions import ValidationError
+from django.core.serializers.json import DjangoJSONEncoder
 from django.db import DataError, IntegrityError, connection, transaction
 from django.db.models import Q
 from django.utils import timezone
@@ -48,6 +51,7 @@ from inventory.models import (
     GpuMove,
     GpuState,
     GpuStateChange,
+    ImportRun,
     MoveKind,
     Server,
 )
@@ -131,6 +135,46 @@ def gpus_import(*, content: bytes, filename: str, fmt: str = "auto", server_hint
     result.errors = _capped(result.errors)
     result.applied = not dry_run and not result.errors
     return result
+
+
+# Rows kept in an upload's stored preview (the counts cover every row; the page lists this many).
+PREVIEW_ROWS = 2000
+
+
+def _summary(result: ImportResult) -> dict[str, Any]:
+    """An ImportResult as JSON for ``ImportRun.summary``: counts, errors, and the first rows."""
+    summary = result.as_dict()
+    summary["row_count"] = len(summary["rows"])
+    summary["rows"] = summary["rows"][:PREVIEW_ROWS]
+    return json.loads(json.dumps(summary, cls=DjangoJSONEncoder))
+
+
+def import_run_preview(*, content: bytes, filename: str, fmt: str, server_hint: str, actor: Actor | None) -> ImportRun:
+    """Keep an upload and what importing it would do (a dry run), until someone confirms it."""
+    run = ImportRun.objects.create(filename=filename[:255], fmt=fmt, server_hint=server_hint.strip(),
+                                   content=content, created_by=actor if getattr(actor, "pk", None) else None)
+    run.summary = _summary(gpus_import(content=content, filename=run.filename, fmt=fmt,
+                                       server_hint=run.server_hint, actor=actor, dry_run=True))
+    run.save(update_fields=["summary"])
+    return run
+
+
+@transaction.atomic
+def import_run_confirm(*, run_id: int, actor: Actor | None) -> ImportRun:
+    """Apply a previewed upload, once. The row lock makes a second confirm wait, then find it applied.
+
+    Raises ``ValidationError`` when it was already confirmed or its preview found errors.
+    """
+    run = ImportRun.objects.select_for_update().get(pk=run_id)
+    if run.status != ImportRun.Status.PREVIEW:
+        raise ValidationError("This import was already confirmed.", code="confirmed")
+    if run.summary.get("errors"):
+        raise ValidationError("The preview found errors: fix the file and upload it again.", code="invalid")
+    run.summary = _summary(gpus_import(content=bytes(run.content), filename=run.filename, fmt=run.fmt,
+                                       server_hint=run.server_hint, actor=actor, dry_run=False))
+    run.status = ImportRun.Status.APPLIED if run.summary["applied"] else ImportRun.Status.FAILED
+    run.save(update_fields=["summary", "status"])
+    return run
 
 
 def _capped(errors: list[ImportError_]) -> list[ImportError_]:

@@ -8,9 +8,10 @@ from typing import Any
 import django_filters
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db.models import QuerySet
-from django.http import QueryDict
+from django.http import QueryDict, StreamingHttpResponse
 from drf_spectacular.extensions import OpenApiSerializerFieldExtension
 from drf_spectacular.openapi import AutoSchema
+from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_field
 from rest_framework import serializers, status
 from rest_framework.decorators import action
@@ -18,6 +19,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from fleet.api import AuditedModelViewSet, validation_detail
+from fleet.http import streaming_csv_response
 from fleet.models import Job
 from fleet.roles import OPERATOR
 from inventory import selectors, services
@@ -25,6 +27,7 @@ from inventory.api.serializers import GpuSerializer
 from inventory.api.views import JobSerializer
 from inventory.filters import GpuFilter, gpu_ids_matching
 from inventory.identity import normalize_pci_bus_id
+from inventory.importers import gpu_csv_rows
 from inventory.models import Gpu, GpuState, Server
 
 # --- action payloads -------------------------------------------------------------------------------------
@@ -175,6 +178,16 @@ class GpuViewSet(AuditedModelViewSet):
     def perform_create(self, serializer: serializers.ModelSerializer) -> None:
         # ``gpu_create`` directly: a GPU's ``model`` field would collide with ``record_create(model=...)``.
         serializer.instance = services.gpu_create(actor=self.request.user, **serializer.validated_data)
+
+    @extend_schema(
+        summary="Export GPUs as CSV",
+        description="The GPUs of the list's filters in Fleet's CSV format (the import format), streamed. "
+                    "Importing the file back changes nothing.",
+        responses={(200, "text/csv"): OpenApiTypes.STR},
+    )
+    @action(detail=False, methods=["get"], pagination_class=None)
+    def export(self, request: Request) -> StreamingHttpResponse:
+        return streaming_csv_response(gpu_csv_rows(self.filter_queryset(self.get_queryset())), name="fleet-gpus")
 
     @extend_schema(
         summary="Move a GPU to another lifecycle state",

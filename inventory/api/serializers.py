@@ -196,6 +196,33 @@ class GpuSerializer(serializers.ModelSerializer):
                   "inforom_image", "driver_version", "created_at", "updated_at"]
         read_only_fields = ["state", "state_changed_at", "module_id", "pci_bus_id", "created_at", "updated_at"]
 
+    def to_representation(self, gpu: Gpu) -> dict[str, Any]:
+        """The same document DRF's field-by-field path builds (a test holds the two equal), written out
+        directly: a list page of 50 GPUs spends ~6 ms less in Python (bench/README.md)."""
+
+        def ref(obj: Any, attrs: tuple[str, ...]) -> dict[str, Any] | None:
+            return None if obj is None else {name: getattr(obj, name) for name in attrs}
+
+        def when(value: Any) -> str | None:
+            if value is None:
+                return None
+            text = value.isoformat()
+            return text[:-6] + "Z" if text.endswith("+00:00") else text
+
+        return {
+            "id": gpu.pk, "identity": gpu.identity, "serial": gpu.serial, "serial_raw": gpu.serial_raw,
+            "uuid": gpu.uuid, "uuid_raw": gpu.uuid_raw, "identity_masked": gpu.identity_masked,
+            "model": ref(gpu.model, ("id", "sku", "name")), "board_part_number": gpu.board_part_number,
+            "asset_tag": gpu.asset_tag, "warranty_end": gpu.warranty_end and gpu.warranty_end.isoformat(),
+            "state": gpu.state, "state_changed_at": when(gpu.state_changed_at),
+            "server": ref(gpu.server, ("id", "hostname")), "module_id": gpu.module_id,
+            "pci_bus_id": gpu.pci_bus_id, "minor_number": gpu.minor_number,
+            "site": ref(gpu.site, ("id", "code")), "row": gpu.row_id, "rack": ref(gpu.rack, ("id", "name")),
+            "vbios_version": gpu.vbios_version, "inforom_image": gpu.inforom_image,
+            "driver_version": gpu.driver_version, "created_at": when(gpu.created_at),
+            "updated_at": when(gpu.updated_at),
+        }
+
     def to_internal_value(self, data: Any) -> dict[str, Any]:
         """Refuse (rather than silently ignore) an attempt to change state or placement here; sending
         back the current values, as a client round-tripping a GET does, is fine."""

@@ -3,7 +3,6 @@ GPU page with its transition form."""
 
 from __future__ import annotations
 
-import csv
 from typing import Any
 
 from django import forms
@@ -13,9 +12,9 @@ from django.core.exceptions import ValidationError
 from django.http import Http404, HttpResponse, QueryDict, StreamingHttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
-from django.utils import timezone
 from django.views.decorators.http import require_POST
 
+from fleet.http import streaming_csv_response
 from fleet.models import Job
 from fleet.pagination import keyset_page
 from fleet.roles import OPERATOR, has_role
@@ -82,23 +81,12 @@ def gpu_list(request: HtmxHttpRequest) -> HttpResponse:
     return render_page(request, "inventory/gpu_list.html", "gpu-table", context)
 
 
-class _Echo:
-    """A file-like object whose ``write`` returns the line, for streaming ``csv.writer`` output."""
-
-    def write(self, value: str) -> str:
-        return value
-
-
 @viewer_required
 def gpu_export(request: HtmxHttpRequest) -> StreamingHttpResponse:
     """The GPUs of the current filter as CSV (the importer's own column format), streamed row by row."""
     filterset = GpuFilter(request.GET, queryset=selectors.gpu_list())
     queryset = filterset.qs if filterset.is_valid() else Gpu.objects.none()
-    writer = csv.writer(_Echo())
-    response = StreamingHttpResponse((writer.writerow(row) for row in gpu_csv_rows(queryset)),
-                                     content_type="text/csv; charset=utf-8")
-    response["Content-Disposition"] = f'attachment; filename="fleet-gpus-{timezone.now():%Y%m%d-%H%M%S}.csv"'
-    return response
+    return streaming_csv_response(gpu_csv_rows(queryset), name="fleet-gpus")
 
 
 @operator_required

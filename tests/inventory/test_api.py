@@ -1,6 +1,7 @@
 """The REST API: CRUD through the services, the UI's filters, cursor pagination, lifecycle and placement
 actions, error shapes, the OpenAPI schema and docs, and pinned query counts."""
 
+import datetime as dt
 import re
 
 import pytest
@@ -9,7 +10,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from fleet.models import AuditEvent, Job, JobStatus
-from inventory import services, tasks
+from inventory import selectors, services, tasks
 from inventory.models import (
     FirmwareObservation,
     Gpu,
@@ -502,3 +503,37 @@ def test_import_errors_are_a_400_and_import_nothing(api):
     assert body["errors"] and {"file", "line", "field", "message"} <= set(body["errors"][0])
     assert body["errors"][0]["file"] == "bad.csv" and body["errors"][0]["line"] == 2
     assert not Gpu.objects.exists()
+
+
+@pytest.mark.django_db
+def test_gpu_fast_representation_equals_the_generic_one():
+    """GpuSerializer writes its document out directly for speed; it must equal DRF's field-by-field one."""
+    from rest_framework import serializers as drf_serializers
+
+    from inventory.api.serializers import GpuSerializer
+
+    server = factories.server()
+    placed = factories.gpu(server, asset_tag="A-7", warranty_end=dt.date(2029, 1, 31))
+    spare = factories.gpu(state="spare", serial=None, serial_raw="0000000000000", identity_masked=True)
+    for gpu in selectors.gpu_list().filter(pk__in=[placed.pk, spare.pk]):
+        fast = GpuSerializer().to_representation(gpu)
+        generic = drf_serializers.ModelSerializer.to_representation(GpuSerializer(), gpu)
+        assert fast == dict(generic)
+        assert list(fast) == list(generic)  # same field order as the schema
+
+
+@pytest.mark.django_db
+def test_export_streams_the_filtered_gpus_as_fleet_csv_that_imports_back_unchanged(api):
+    from inventory.imports import gpus_import
+
+    server = factories.server()
+    kept = [factories.gpu(server) for _ in range(3)]
+    factories.gpu(state="spare")
+    response = api("viewer").get("/api/v1/gpus/export/", {"server": server.hostname})
+    assert response.status_code == 200 and response["Content-Type"].startswith("text/csv")
+    body = b"".join(response.streaming_content)
+    lines = body.decode().splitlines()
+    assert lines[0].startswith("serial,uuid,model") and len(lines) == 4
+    assert {g.serial for g in kept} == {line.split(",")[0] for line in lines[1:]}
+    result = gpus_import(content=body, filename="export.csv", fmt="csv", actor=None)
+    assert not result.errors and result.unchanged == 3 and (result.created, result.updated, result.moved) == (0, 0, 0)
