@@ -102,7 +102,9 @@ if IS_POSTGRES:
     # primary key through ~80k rows instead of using the (site_id, id) index (bench/README.md).
     DATABASES["default"].setdefault("OPTIONS", {}).setdefault("options", "-c random_page_cost=1.1")
 else:
-    DATABASES["default"].setdefault("OPTIONS", {})["timeout"] = 30
+    # Web and worker processes write at once: IMMEDIATE takes the write lock at BEGIN, so a second
+    # writer waits (up to the timeout) instead of failing with "database is locked" on upgrade.
+    DATABASES["default"].setdefault("OPTIONS", {}).update(timeout=30, transaction_mode="IMMEDIATE")
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [
