@@ -6,6 +6,7 @@ import csv
 from collections.abc import Iterable
 
 from django.http import StreamingHttpResponse
+from django.urls import reverse
 from django.utils import timezone
 
 
@@ -23,3 +24,15 @@ def streaming_csv_response(rows: Iterable[list[str]], *, name: str) -> Streaming
     response = StreamingHttpResponse((writer.writerow(row) for row in rows), content_type="text/csv; charset=utf-8")
     response["Content-Disposition"] = f'attachment; filename="{name}-{timezone.now():%Y%m%d-%H%M%S}.csv"'
     return response
+
+
+def url_prefix(name: str) -> str:
+    """The part of ``reverse(name, args=[key])`` before the key, for URLs shaped ``.../<key>/``.
+
+    Table rows build links as ``prefix + key + "/"``: reversing 200 links per page cost ~4 ms of a
+    ~20 ms list page (bench/README.md).
+    """
+    url = reverse(name, args=["0"])
+    if not url.endswith("/0/"):
+        raise ValueError(f"URL {name!r} does not end in its key: {url}")
+    return url[:-2]

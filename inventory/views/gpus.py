@@ -14,7 +14,7 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
-from fleet.http import streaming_csv_response
+from fleet.http import streaming_csv_response, url_prefix
 from fleet.models import Job
 from fleet.pagination import keyset_page
 from fleet.roles import OPERATOR, has_role
@@ -77,6 +77,7 @@ def gpu_list(request: HtmxHttpRequest) -> HttpResponse:
         "next_query": query_with(request.GET, after=page.next_after) if page.has_next else None,
         "first_query": query_without(request.GET, "after"),
         "bulk_form": BulkTransitionForm(initial={"filter": filter_query}) if has_role(request.user, OPERATOR) else None,
+        "links": {name: url_prefix(f"{name}-detail") for name in ("gpu", "server", "site", "rack")},
     }
     return render_page(request, "inventory/gpu_list.html", "gpu-table", context)
 
