@@ -131,8 +131,12 @@ def audit_write(**kwargs: Any) -> AuditEvent:
     return event
 
 
-def audit_write_many(events: Iterable[AuditEvent], batch_size: int = 2000) -> None:
-    AuditEvent.objects.bulk_create(list(events), batch_size=batch_size)
+def audit_write_many(events: Iterable[AuditEvent]) -> None:
+    """Write many audit events at once (COPY on PostgreSQL: a third of a 1,000-GPU import's time
+    went to ``bulk_create`` of its audit rows)."""
+    from fleet import bulk
+
+    bulk.insert(AuditEvent, list(events))
 
 
 def audited_create(*, model: type[models.Model], actor: Actor | None, **fields: Any) -> models.Model:

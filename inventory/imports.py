@@ -36,13 +36,14 @@ from django.conf import settings
 from django.contrib.contenttypes.models import ContentType
 from django.core.exceptions import ValidationError
 from django.core.serializers.json import DjangoJSONEncoder
-from django.db import DataError, IntegrityError, connection, transaction
+from django.db import DataError, IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from fleet import bulk
 from fleet.audit import Actor, actor_fields, audit_event, audit_write_many, diff, snapshot
 from fleet.models import AuditAction, AuditEvent
-from inventory import bulk, importers
+from inventory import importers
 from inventory.importers.base import FORMATS, FW_DRIVER, FW_INFOROM_IMAGE, FW_VBIOS, GpuRecord, ImportError_
 from inventory.models import (
     FirmwareObservation,
@@ -507,12 +508,7 @@ class _Import:
                                      "to_server_id", "to_pci_bus_id", "to_module_id", "actor_name", "reason", "at"),
                            installs)
         bulk.insert(GpuMove, moves)
-        # Built by audit_event like every audit row; written with COPY on PostgreSQL (audit_write_many's
-        # bulk_create was a third of a 1,000-GPU import), and by audit_write_many elsewhere.
-        if connection.vendor == "postgresql":
-            bulk.insert(AuditEvent, events)
-        else:
-            audit_write_many(events, batch_size=_BATCH)
+        audit_write_many(events)
         self._summarise()
 
     def _create_servers(self, events: list[AuditEvent]) -> None:

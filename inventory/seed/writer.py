@@ -7,6 +7,7 @@ from collections.abc import Iterable, Sequence
 
 from django.db import connection, models
 
+from fleet import bulk
 from fleet.models import AuditEvent
 from inventory.models import FirmwareObservation, Gpu, GpuMove, GpuStateChange, Rack, Server
 
@@ -26,46 +27,13 @@ class Writer:
                 cur.execute("SELECT pg_advisory_xact_lock(hashtext('fleet.seed_demo'))")
 
     def ids(self, model: type[models.Model], n: int) -> list[int]:
-        table = model._meta.db_table
-        with connection.cursor() as cur:
-            if self.pg:
-                cur.execute("SELECT nextval(pg_get_serial_sequence(%s, 'id')) FROM generate_series(1, %s)",
-                            [table, n])
-                return [r[0] for r in cur.fetchall()]
-            cur.execute(f"SELECT COALESCE(MAX(id), 0) FROM {connection.ops.quote_name(table)}")  # noqa: S608
-            start = cur.fetchone()[0] + 1
-            return list(range(start, start + n))
+        return bulk.reserve_ids(model, n)
 
     def write(self, model: type[models.Model], columns: Sequence[str], rows: Iterable[tuple]) -> None:
-        """Insert ``rows`` (tuples in ``columns`` order, attnames). ``rows`` may be a generator, but one that
-        never queries: on PostgreSQL the COPY holds the connection, and a query inside it waits forever."""
+        """Insert ``rows`` (tuples in ``columns`` order, attnames), timed and counted per table."""
         started = time.perf_counter()
         table = model._meta.db_table
-        fields = [model._meta.get_field(c) for c in columns]
-        json_cols = [i for i, f in enumerate(fields) if isinstance(f, models.JSONField)]
-        count = 0
-        if self.pg:
-            from psycopg.types.json import Jsonb
-
-            names = ", ".join(connection.ops.quote_name(f.column) for f in fields)
-            with connection.cursor() as cur, cur.cursor.copy(f"COPY {table} ({names}) FROM STDIN") as copy:
-                for row in rows:
-                    if json_cols:
-                        row = list(row)
-                        for i in json_cols:
-                            row[i] = Jsonb(row[i])
-                    copy.write_row(row)
-                    count += 1
-        else:
-            batch: list[models.Model] = []
-            for row in rows:
-                batch.append(model(**dict(zip(columns, row, strict=True))))
-                if len(batch) >= 2000:
-                    model.objects.bulk_create(batch)
-                    count, batch = count + len(batch), []
-            model.objects.bulk_create(batch)
-            count += len(batch)
-        self.counts[table] = self.counts.get(table, 0) + count
+        self.counts[table] = self.counts.get(table, 0) + bulk.insert_values(model, columns, rows)
         self.timings[f"write {table}"] = self.timings.get(f"write {table}", 0) + time.perf_counter() - started
 
     def analyze(self) -> None:
