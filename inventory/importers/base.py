@@ -71,6 +71,7 @@ class GpuRecord:
     minor_number: int | None = None
     module_id: int | None = None
     firmware: dict[str, str] = field(default_factory=dict)
+    source: str | None = None  # the file it came from, when several files are imported together
 
     @property
     def serial_masked(self) -> bool:

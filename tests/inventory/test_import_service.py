@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from django.core.management import CommandError, call_command
+from django.db.models import Count
 
 from fleet.audit import SystemActor, audit_source, snapshot
 from fleet.models import AuditEvent
@@ -376,3 +377,30 @@ def test_model_change_and_real_serial_replacing_a_mask():
 
     # and a later masked report of the same board (matched by UUID) does not erase the real serial
     assert run(content.replace(b"Tesla T4", b"NVIDIA T4"), "t4.xml", server_hint="vm-01").unchanged == 1
+
+
+@pytest.mark.django_db
+def test_directory_of_per_host_files_imports_together_with_servers_from_file_names(tmp_path, capsys):
+    """`nvidia-smi -q -x > $(hostname).xml` on every host, then one import of the directory."""
+    (tmp_path / "gpu-a5000-07.xml").write_bytes(fixture("nvidia-smi-xml/dual_a5000-v13.xml"))
+    (tmp_path / "gpu-v100-02.xml").write_bytes(fixture("nvidia-smi-xml/v100-pcie-1card.xml"))
+    call_command("import_gpus", str(tmp_path), "--server-from-filename")
+    assert "3 created" in capsys.readouterr().out
+    by_host = dict(Gpu.objects.values_list("server__hostname").annotate(n=Count("id")).order_by())
+    assert by_host == {"gpu-a5000-07": 2, "gpu-v100-02": 1}
+    assert Server.objects.filter(hostname__in=by_host, rack__isnull=True).count() == 2
+    call_command("import_gpus", str(tmp_path), "--server-from-filename")
+    assert "0 created, 0 updated, 0 moved, 3 unchanged" in capsys.readouterr().out
+
+
+@pytest.mark.django_db
+def test_an_error_in_one_file_of_a_batch_writes_nothing_and_names_that_file(tmp_path):
+    good, bad = tmp_path / "node-1.xml", tmp_path / "node-2.xml"
+    good.write_bytes(fixture("nvidia-smi-xml/dual_a5000-v13.xml"))
+    bad.write_bytes(fixture("nvidia-smi-xml/v100-pcie-1card.xml")[:2000])
+    with pytest.raises(CommandError) as excinfo:
+        call_command("import_gpus", str(good), str(bad), "--server-from-filename")
+    assert f"{bad}:" in str(excinfo.value) and "not well-formed" in str(excinfo.value)
+    assert not Gpu.objects.exists() and not Server.objects.exists() and not AuditEvent.objects.exists()
+    with pytest.raises(CommandError, match="--server-from-filename"):
+        call_command("import_gpus", str(good), str(bad), "--server", "node-1")
