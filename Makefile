@@ -40,4 +40,4 @@ lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .
 
 bench: $(VENV)/.installed
-	DATABASE_URL=$(TEST_DATABASE_URL) $(PY) bench/inventory.py
+	DATABASE_URL=postgres://postgres@127.0.0.1:5432/fleet_bench $(PY) bench/inventory.py
