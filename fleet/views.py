@@ -26,7 +26,7 @@ from django_htmx.middleware import HtmxDetails
 from fleet.models import AuditAction, AuditEvent, AuditSource, Job
 from fleet.pagination import keyset_page
 from fleet.roles import OPERATOR, VIEWER, has_role
-from inventory.selectors import audit_list as audit_events
+from fleet.selectors import audit_list as audit_events
 
 
 class HtmxHttpRequest(HttpRequest):

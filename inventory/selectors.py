@@ -5,7 +5,6 @@ from __future__ import annotations
 from django.db.models import Count, OuterRef, QuerySet, Subquery
 from django.db.models.functions import Coalesce
 
-from fleet.models import AuditEvent, Job
 from inventory.models import (
     FirmwareObservation,
     Gpu,
@@ -45,17 +44,6 @@ def gpu_moves(gpu: Gpu) -> QuerySet[GpuMove]:
 
 def gpu_firmware(gpu: Gpu) -> QuerySet[FirmwareObservation]:
     return FirmwareObservation.objects.filter(gpu=gpu).order_by("component", "-last_seen", "-id")
-
-
-def audit_for(obj: object) -> QuerySet[AuditEvent]:
-    from django.contrib.contenttypes.models import ContentType
-
-    return (AuditEvent.objects.filter(content_type=ContentType.objects.get_for_model(obj), object_id=str(obj.pk))
-            .select_related("actor").order_by("-at", "-id"))
-
-
-def audit_list() -> QuerySet[AuditEvent]:
-    return AuditEvent.objects.select_related("content_type").order_by("-id")
 
 
 def server_list() -> QuerySet[Server]:
@@ -170,6 +158,3 @@ def platform_list() -> QuerySet[ServerPlatform]:
 def gpu_move_list() -> QuerySet[GpuMove]:
     return GpuMove.objects.select_related("from_server", "to_server").order_by("-id")
 
-
-def job_list() -> QuerySet[Job]:
-    return Job.objects.select_related("created_by").order_by("-id")

@@ -9,6 +9,7 @@ from __future__ import annotations
 from django.db.models import QuerySet
 from rest_framework import serializers
 
+from fleet import selectors as fleet_selectors
 from fleet.api import AuditedModelViewSet, NewestFirstCursorPagination, ReadOnlyViewSet
 from fleet.models import AuditEvent, Job
 from inventory import selectors, services
@@ -160,7 +161,7 @@ class AuditEventViewSet(ReadOnlyViewSet):
     pagination_class = NewestFirstCursorPagination
 
     def get_queryset(self) -> QuerySet:
-        return selectors.audit_list()
+        return fleet_selectors.audit_list()
 
 
 class JobViewSet(ReadOnlyViewSet):
@@ -171,4 +172,4 @@ class JobViewSet(ReadOnlyViewSet):
     pagination_class = NewestFirstCursorPagination
 
     def get_queryset(self) -> QuerySet:
-        return selectors.job_list()
+        return fleet_selectors.job_list()

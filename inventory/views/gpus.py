@@ -15,6 +15,7 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
+from fleet import selectors as fleet_selectors
 from fleet.http import streaming_csv_response, url_prefix
 from fleet.models import Job
 from fleet.pagination import keyset_page
@@ -149,7 +150,7 @@ def _gpu_page(request: HtmxHttpRequest, gpu: Gpu, form: GpuTransitionForm | None
         "history": selectors.gpu_state_history(gpu)[:100],
         "moves": selectors.gpu_moves(gpu)[:100],
         "firmware": selectors.gpu_firmware(gpu),
-        "audit": audit_rows(selectors.audit_for(gpu)[:50]),
+        "audit": audit_rows(fleet_selectors.audit_for(gpu)[:50]),
         "audit_query": audit_query_for(gpu),
     }
     return render(request, "inventory/gpu_detail.html", context)

@@ -10,6 +10,7 @@ from django.conf import settings
 from django.http import Http404, HttpResponse
 from django.shortcuts import get_object_or_404, render
 
+from fleet import selectors as fleet_selectors
 from fleet.pagination import keyset_page
 from fleet.views import (
     HtmxHttpRequest,
@@ -83,7 +84,7 @@ def server_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     context = {
         "server": server,
         "gpus": selectors.server_gpus(server),
-        "audit": audit_rows(selectors.audit_for(server)[:50]),
+        "audit": audit_rows(fleet_selectors.audit_for(server)[:50]),
         "audit_query": audit_query_for(server),
     }
     return render(request, "inventory/server_detail.html", context)
