@@ -275,13 +275,19 @@ class Gpu(models.Model):
     @property
     def identity(self) -> str:
         """What an operator reads as this GPU's name."""
-        if self.serial:
-            return self.serial
-        if self.uuid:
-            return self.uuid
-        if self.server_id and self.pci_bus_id:
-            return f"{self.server}:{self.pci_bus_id}"
-        return f"GPU #{self.pk}"
+        return gpu_identity(serial=self.serial, uuid=self.uuid, pk=self.pk, pci_bus_id=self.pci_bus_id,
+                            hostname=self.server.hostname if self.server_id else None)
+
+
+def gpu_identity(*, serial: str | None, uuid: str | None, hostname: str | None, pci_bus_id: str, pk: int) -> str:
+    """Serial, else UUID, else ``host:bus``, else the row id: the name operators read for a GPU."""
+    if serial:
+        return serial
+    if uuid:
+        return uuid
+    if hostname and pci_bus_id:
+        return f"{hostname}:{pci_bus_id}"
+    return f"GPU #{pk}"
 
 
 class FirmwareComponent(models.TextChoices):

@@ -23,7 +23,7 @@ from fleet.http import streaming_csv_response
 from fleet.models import Job
 from fleet.roles import OPERATOR
 from inventory import selectors, services
-from inventory.api.serializers import GpuSerializer
+from inventory.api.serializers import GPU_COLUMNS, GpuSerializer, gpu_document
 from inventory.api.views import JobSerializer
 from inventory.filters import GpuFilter, gpu_ids_matching
 from inventory.identity import normalize_pci_bus_id
@@ -174,6 +174,11 @@ class GpuViewSet(AuditedModelViewSet):
 
     def get_queryset(self) -> QuerySet[Gpu]:
         return selectors.gpu_list()
+
+    def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        """One query, no model instances: the page's rows come from ``.values()`` into the same document."""
+        rows = self.paginate_queryset(self.filter_queryset(self.get_queryset()).values(*GPU_COLUMNS))
+        return self.get_paginated_response([gpu_document(row) for row in rows])
 
     def perform_create(self, serializer: serializers.ModelSerializer) -> None:
         # ``gpu_create`` directly: a GPU's ``model`` field would collide with ``record_create(model=...)``.

@@ -537,3 +537,17 @@ def test_export_streams_the_filtered_gpus_as_fleet_csv_that_imports_back_unchang
     assert {g.serial for g in kept} == {line.split(",")[0] for line in lines[1:]}
     result = gpus_import(content=body, filename="export.csv", fmt="csv", actor=None)
     assert not result.errors and result.unchanged == 3 and (result.created, result.updated, result.moved) == (0, 0, 0)
+
+
+@pytest.mark.django_db
+def test_list_rows_from_values_equal_the_detail_documents(api):
+    """The list builds documents from .values() rows, the detail from the instance: the same GPU reads the same."""
+    server = factories.server()
+    factories.gpu(server, asset_tag="A-9", warranty_end=dt.date(2030, 6, 30))
+    factories.gpu(server, serial=None, uuid=None, serial_raw="REDACTED", identity_masked=True)
+    factories.gpu(state="spare")
+    client = api("viewer")
+    listed = client.get("/api/v1/gpus/").json()["results"]
+    assert len(listed) == 3 and listed[1]["identity"] == f"{server.hostname}:{listed[1]['pci_bus_id']}"
+    for document in listed:
+        assert client.get(f"/api/v1/gpus/{document['id']}/").json() == document
