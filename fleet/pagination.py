@@ -63,15 +63,21 @@ def _decode(cursor: str | None, *, by_id: bool, sort: str) -> tuple[Any, int] | 
     return value, int(pk)
 
 
-def _encode(obj: Any, *, name: str, by_id: bool, sort: str) -> str:
+def _encode(obj: Any, *, name: str, pk_name: str, by_id: bool, sort: str) -> str:
+    """The cursor after ``obj``: a model instance, or a ``.values()`` row."""
+    if isinstance(obj, dict):
+        value, pk = obj[name], obj[pk_name]
+    else:
+        value, pk = getattr(obj, name), obj.pk
     if by_id:
-        return str(obj.pk)
-    return signing.dumps([getattr(obj, name), obj.pk], salt=f"{_SALT}.{sort}", compress=False)
+        return str(pk)
+    return signing.dumps([value, pk], salt=f"{_SALT}.{sort}", compress=False)
 
 
 def keyset_page[T](qs: QuerySet[T], *, after: str | None, size: int, sort: str = "id",
                    allowed: Collection[str] = ("id", "-id")) -> KeysetPage[T]:
-    """One page of ``qs`` ordered by ``sort`` then id, starting after the ``after`` cursor.
+    """One page of ``qs`` (model instances or ``.values()`` rows) ordered by ``sort`` then id, starting
+    after the ``after`` cursor.
 
     ``sort`` outside ``allowed`` falls back to the first allowed key; a bad cursor gives the first page.
     Sort values must be JSON scalars (text, numbers); NULLs sort last ascending, first descending.
@@ -102,5 +108,7 @@ def keyset_page[T](qs: QuerySet[T], *, after: str | None, size: int, sort: str =
                     cond |= Q(**{f"{name}__isnull": True})
             qs = qs.filter(cond)
     rows = list(qs[: size + 1])
-    next_after = _encode(rows[size - 1], name=name, by_id=by_id, sort=sort) if len(rows) > size else None
+    pk_name = qs.model._meta.pk.name
+    next_after = (_encode(rows[size - 1], name=name, pk_name=pk_name, by_id=by_id, sort=sort)
+                  if len(rows) > size else None)
     return KeysetPage(items=rows[:size], sort=sort, next_after=next_after, after=after if position else None)

@@ -73,8 +73,10 @@ def gpu_list(request: HtmxHttpRequest) -> HttpResponse:
     filterset = gpu_filter(request.GET)
     # An invalid filter (unknown site, bad rack id) shows nothing rather than silently showing everything.
     queryset = filterset.qs if filterset.is_valid() else Gpu.objects.none()
-    page = keyset_page(queryset, after=request.GET.get("after"), size=settings.FLEET_PAGE_SIZE,
+    page = keyset_page(selectors.gpu_table_rows(queryset), after=request.GET.get("after"),
+                       size=settings.FLEET_PAGE_SIZE,
                        sort=request.GET.get("sort", "id"), allowed=GPU_SORTS)
+    selectors.gpu_table_label(page.items)
     filter_query = query_without(request.GET, "after", "sort")
     context = {
         "filter": filterset,

@@ -269,7 +269,7 @@ def test_bulk_on_the_whole_fleet_needs_a_filter(client, as_role, fleet):
 # --- the GPU list ----------------------------------------------------------------------------------------
 
 def _ids(response):
-    return [gpu.pk for gpu in response.context["page"].items]
+    return [gpu["id"] for gpu in response.context["page"].items]
 
 
 @pytest.mark.django_db
