@@ -95,11 +95,22 @@ SAMPLES = {
 }
 
 
+@pytest.fixture(params=["whole", "streamed"])
+def xml_path(request, monkeypatch):
+    """Run an XML test through both parse paths: one call (small files) and the streaming pull parser."""
+    from inventory.importers import nvsmi_xml
+
+    if request.param == "streamed":
+        monkeypatch.setattr(nvsmi_xml, "WHOLE_DOCUMENT_BYTES", 0)
+    return request.param
+
+
 def test_every_sample_file_is_covered():
     assert sorted(p.name for p in XML.glob("*.xml")) == sorted(SAMPLES)
 
 
 @pytest.mark.parametrize("name", sorted(SAMPLES))
+@pytest.mark.usefixtures("xml_path")
 def test_real_nvidia_smi_xml_samples(name):
     result = parse((XML / name).read_bytes(), filename=name)
 
@@ -111,6 +122,7 @@ def test_real_nvidia_smi_xml_samples(name):
             assert getattr(record, attr) == value, (name, attr)
 
 
+@pytest.mark.usefixtures("xml_path")
 def test_attached_gpus_is_not_trusted():
     content = (XML / "a100-sxm4-v12.xml").read_bytes()
     assert b"<attached_gpus>4</attached_gpus>" in content
@@ -240,6 +252,7 @@ def test_latin1_is_refused_naming_the_line():
 
 # --- hostile and broken XML ---------------------------------------------------------------------
 
+@pytest.mark.usefixtures("xml_path")
 def test_truncated_xml_names_the_line():
     content = (XML / "tesla-t4.xml").read_bytes()[:5000]
     (error,) = parse(content, filename="t4.xml").errors
@@ -267,6 +280,7 @@ INTERNAL_SUBSET = b"""<?xml version="1.0"?>
 
 
 @pytest.mark.parametrize("content", [BILLION_LAUGHS, XXE, INTERNAL_SUBSET], ids=["billion-laughs", "xxe", "subset"])
+@pytest.mark.usefixtures("xml_path")
 def test_dtd_internal_subsets_and_entities_are_refused(content):
     result = parse(content, filename="evil.xml")
 
@@ -277,6 +291,7 @@ def test_dtd_internal_subsets_and_entities_are_refused(content):
     assert "root:" not in str(error)
 
 
+@pytest.mark.usefixtures("xml_path")
 def test_external_dtd_is_accepted_but_never_loaded():
     content = (XML / "tesla-t4.xml").read_bytes().replace(b'SYSTEM "nvsmi_device_v11.dtd"',
                                                           b'SYSTEM "file:///etc/passwd"')
@@ -284,11 +299,13 @@ def test_external_dtd_is_accepted_but_never_loaded():
     assert result.errors == [] and result.records[0].product_name == "Tesla T4"
 
 
+@pytest.mark.usefixtures("xml_path")
 def test_xml_that_is_not_nvidia_smi_is_refused():
     (error,) = parse(b"<?xml version='1.0'?><html><gpu/></html>", filename="x.xml").errors
     assert "root element is <html>" in error.message
 
 
+@pytest.mark.usefixtures("xml_path")
 def test_xml_bad_values_name_the_element():
     content = (XML / "a100-sxm4-v12.xml").read_bytes().replace(b"<gpu_module_id>4<", b"<gpu_module_id>four<")
     (error,) = parse(content, filename="a100.xml").errors
