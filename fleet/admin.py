@@ -22,7 +22,7 @@ from django.utils.html import format_html
 
 from fleet.api import protected_message
 from fleet.audit import snapshot
-from fleet.models import AuditEvent, Job
+from fleet.models import AuditEvent, Job, JobChunk
 
 
 def adopt(obj: models.Model, saved: models.Model) -> None:
@@ -137,3 +137,11 @@ class JobAdmin(ReadOnlyModelAdmin):
     list_display = ["id", "kind", "status", "done", "failed", "total", "created_by", "created_at", "finished_at"]
     list_filter = ["kind", "status"]
     list_select_related = ["created_by"]
+
+
+@admin.register(JobChunk)
+class JobChunkAdmin(ReadOnlyModelAdmin):
+    list_display = ["job", "index", "done"]
+    list_filter = ["done"]
+    list_select_related = ["job"]
+    raw_id_fields = ["job"]

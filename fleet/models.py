@@ -72,11 +72,13 @@ class Job(models.Model):
     errors = models.JSONField(default=list, blank=True)
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL)
     created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True, help_text="Last progress: a stalled job is resumed from here")
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-id"]
+        indexes = [models.Index(fields=["status", "updated_at"], name="job_status_updated_idx")]
         constraints = [
             models.CheckConstraint(condition=models.Q(done__lte=models.F("total")), name="job_done_lte_total"),
         ]
@@ -91,3 +93,19 @@ class Job(models.Model):
     @property
     def finished(self) -> bool:
         return self.status in {JobStatus.SUCCEEDED, JobStatus.FAILED}
+
+
+class JobChunk(models.Model):
+    """One message's worth of a job's work (ids), done at most once: the state lives here, not in the broker."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="chunks")
+    index = models.PositiveIntegerField()
+    ids = models.JSONField()
+    done = models.BooleanField(default=False)
+
+    class Meta:
+        ordering = ["job", "index"]
+        constraints = [models.UniqueConstraint(fields=["job", "index"], name="jobchunk_unique_index")]
+
+    def __str__(self) -> str:
+        return f"{self.job} chunk {self.index}"

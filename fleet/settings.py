@@ -138,6 +138,8 @@ FLEET_IMPORT_MAX_BYTES = int(os.environ.get("FLEET_IMPORT_MAX_BYTES", str(64 * 1
 FLEET_BULK_SYNC_LIMIT = int(os.environ.get("FLEET_BULK_SYNC_LIMIT", "200"))
 # GPU ids per Celery message for bulk jobs (one message per GPU would cost minutes of broker overhead).
 FLEET_BULK_CHUNK = int(os.environ.get("FLEET_BULK_CHUNK", "500"))
+# An unfinished job without progress for this long has its unfinished chunks sent again (beat, every minute).
+FLEET_JOB_STALL_SECONDS = int(os.environ.get("FLEET_JOB_STALL_SECONDS", "300"))
 # Audit events older than this many days are deleted by a beat task (0 keeps them forever).
 FLEET_AUDIT_RETENTION_DAYS = int(os.environ.get("FLEET_AUDIT_RETENTION_DAYS", "730"))
 FLEET_PAGE_SIZE = 50
@@ -196,6 +198,7 @@ CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 CELERY_BEAT_SCHEDULE = {
     "audit-retention": {"task": "fleet.tasks.audit_prune_task", "schedule": 3600.0},
+    "jobs-resume-stalled": {"task": "fleet.tasks.jobs_resume_stalled_task", "schedule": 60.0},
 }
 
 LOGGING = {

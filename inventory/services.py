@@ -13,7 +13,6 @@ from django.conf import settings
 from django.contrib.contenttypes.models import ContentType
 from django.core.exceptions import ValidationError
 from django.db import models, transaction
-from django.db.models import F
 from django.utils import timezone
 
 from fleet.audit import (
@@ -27,7 +26,8 @@ from fleet.audit import (
     audited_update,
     snapshot,
 )
-from fleet.models import AuditAction, Job, JobStatus
+from fleet.jobs import job_start
+from fleet.models import AuditAction, Job
 from inventory.lifecycle import check_transition
 from inventory.models import Gpu, GpuMove, GpuState, GpuStateChange, MoveKind, Rack, Server
 
@@ -175,6 +175,9 @@ def _transition_chunk(*, gpu_ids: Sequence[int], to_state: str, actor: Actor | N
     return result
 
 
+BULK_TRANSITION_JOB = "gpu_bulk_transition"
+
+
 def gpu_bulk_transition(*, gpu_ids: Iterable[int], to_state: str, actor: Actor | None,
                         reason: str = "") -> BulkResult | Job:
     """Transition many GPUs. Up to ``FLEET_BULK_SYNC_LIMIT`` it runs now, all or nothing;
@@ -201,37 +204,14 @@ def gpu_bulk_transition(*, gpu_ids: Iterable[int], to_state: str, actor: Actor |
 
 @transaction.atomic
 def _bulk_job_start(*, ids: list[int], to_state: str, actor: Actor | None, reason: str) -> Job:
-    from inventory.tasks import gpu_bulk_transition_chunk_task
-
-    chunk = settings.FLEET_BULK_CHUNK
-    chunks = [ids[i:i + chunk] for i in range(0, len(ids), chunk)]
-    user = actor if actor is not None and getattr(actor, "pk", None) else None
-    job = Job.objects.create(kind="gpu_bulk_transition", total=len(ids), created_by=user,
-                             params={"to_state": to_state, "reason": reason, "actor_name": _actor_name(actor),
-                                     "chunks": len(chunks), "done_chunks": []})
-    for index, chunk_ids in enumerate(chunks):
-        transaction.on_commit(lambda i=index, c=chunk_ids: gpu_bulk_transition_chunk_task.delay(job.pk, i, c))
-    return job
+    return job_start(kind=BULK_TRANSITION_JOB, ids=ids, params={"to_state": to_state, "reason": reason},
+                     actor=actor, chunk_size=settings.FLEET_BULK_CHUNK)
 
 
-def gpu_bulk_transition_chunk(*, job_id: int, chunk_index: int, gpu_ids: Sequence[int], actor: Actor | None) -> None:
-    """Process one chunk of a bulk job. Safe to run twice: a chunk already recorded is skipped."""
-    with transaction.atomic():
-        job = Job.objects.select_for_update().get(pk=job_id)
-        if chunk_index in job.params["done_chunks"]:
-            return
-        if job.status == JobStatus.QUEUED:
-            job.status, job.started_at = JobStatus.RUNNING, timezone.now()
-        result = _transition_chunk(gpu_ids=gpu_ids, to_state=job.params["to_state"], actor=actor,
-                                   reason=job.params["reason"])
-        job.params["done_chunks"].append(chunk_index)
-        job.done = F("done") + len(gpu_ids)
-        job.failed = F("failed") + len(result.errors)
-        job.errors = (job.errors + result.errors)[:1000]
-        if len(job.params["done_chunks"]) == job.params["chunks"]:
-            job.status = JobStatus.SUCCEEDED  # per-GPU refusals are counted in ``failed`` and listed
-            job.finished_at = timezone.now()
-        job.save()
+def gpu_bulk_transition_job_chunk(*, job: Job, ids: Sequence[int], actor: Actor | None) -> list[dict[str, Any]]:
+    """One chunk of a bulk transition job (registered with fleet.jobs; runs in the chunk's transaction)."""
+    return _transition_chunk(gpu_ids=ids, to_state=job.params["to_state"], actor=actor,
+                             reason=job.params["reason"]).errors
 
 
 # --- placement ---------------------------------------------------------------------------------------

@@ -8,9 +8,9 @@ from django.utils import timezone
 
 from fleet import tasks as fleet_tasks
 from fleet.audit import SYSTEM, WORKER, SystemActor, audit_prune, audit_source, audit_write
-from fleet.models import AuditEvent, AuditSource, Job
+from fleet.jobs import job_start
+from fleet.models import AuditEvent, AuditSource
 from inventory import services
-from inventory import tasks as inventory_tasks
 from inventory.models import Gpu, GpuMove, PowerFeed, Site
 from tests import factories
 
@@ -157,9 +157,9 @@ def test_worker_source(operator, settings):
 
     # The real chunk task sets the source itself and acts for the user who started the job.
     others = [factories.gpu(state="in_service") for _ in range(2)]
-    job = Job.objects.create(kind="gpu_bulk_transition", total=2, created_by=operator, params={
-        "to_state": "drained", "reason": "job", "actor_name": operator.username, "chunks": 1, "done_chunks": []})
-    inventory_tasks.gpu_bulk_transition_chunk_task(job.pk, 0, [g.pk for g in others])
+    job = job_start(kind=services.BULK_TRANSITION_JOB, ids=[g.pk for g in others], actor=operator, chunk_size=10,
+                    params={"to_state": "drained", "reason": "job"})
+    fleet_tasks.job_chunk_task(job.pk, 0)
     for g in others:
         assert (_event("transition", g).source, _event("transition", g).actor) == ("worker", operator)
 

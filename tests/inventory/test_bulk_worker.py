@@ -1,5 +1,6 @@
 """A bulk transition above the sync limit runs as a job on a real Celery worker process over Redis."""
 
+import datetime as dt
 import os
 import subprocess
 import sys
@@ -11,6 +12,8 @@ import redis
 from django.conf import settings
 from django.db import connection
 
+from fleet import jobs
+from fleet.jobs import job_run_chunk, job_start
 from fleet.models import AuditEvent, Job, JobStatus
 from inventory import services
 from inventory.models import Gpu, GpuStateChange
@@ -63,7 +66,7 @@ def test_bulk_transition_job_runs_on_a_worker(celery_worker_process, operator, s
     ids = [g.pk for g in gpus] + [blocked.pk]
 
     job = services.gpu_bulk_transition(gpu_ids=ids, to_state="drained", actor=operator, reason="rack swap")
-    assert isinstance(job, Job) and job.total == 131 and job.params["chunks"] == 4
+    assert isinstance(job, Job) and job.total == 131 and job.chunks.count() == 4
 
     job = _wait_for(job, celery_worker_process)
     assert job.status == JobStatus.SUCCEEDED
@@ -77,16 +80,31 @@ def test_bulk_transition_job_runs_on_a_worker(celery_worker_process, operator, s
 
 
 @pytest.mark.django_db(transaction=True)
-def test_redelivered_chunk_does_nothing(operator, settings):
-    """A chunk task run twice (broker redelivery) changes nothing the second time."""
-    settings.FLEET_BULK_SYNC_LIMIT = 2
-    settings.CELERY_TASK_ALWAYS_EAGER = False
+def test_redelivered_chunk_does_nothing(operator):
+    """A chunk message run twice (broker redelivery, a retry) changes nothing the second time."""
     gpus = [factories.gpu(state="in_service") for _ in range(3)]
-    job = Job.objects.create(kind="gpu_bulk_transition", total=3, params={
-        "to_state": "drained", "reason": "", "actor_name": "x", "chunks": 1, "done_chunks": []})
-    ids = [g.pk for g in gpus]
-    services.gpu_bulk_transition_chunk(job_id=job.pk, chunk_index=0, gpu_ids=ids, actor=operator)
-    services.gpu_bulk_transition_chunk(job_id=job.pk, chunk_index=0, gpu_ids=ids, actor=operator)
+    job = job_start(kind=services.BULK_TRANSITION_JOB, ids=[g.pk for g in gpus], actor=operator, chunk_size=10,
+                    params={"to_state": "drained", "reason": ""})
+    job_run_chunk(job_id=job.pk, index=0)
+    job_run_chunk(job_id=job.pk, index=0)
     job.refresh_from_db()
     assert (job.done, job.failed, job.status) == (3, 0, JobStatus.SUCCEEDED)
     assert GpuStateChange.objects.filter(to_state="drained").count() == 3
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_job_whose_messages_were_lost_is_resumed_and_finishes(celery_worker_process, operator, monkeypatch):
+    """The messages never reach a worker (lost with a killed worker); the stall watchdog sends them again."""
+    gpus = [factories.gpu(state="in_service") for _ in range(7)]
+    with monkeypatch.context() as patch:
+        patch.setattr(jobs, "_send", lambda job_id, indexes: None)  # lost on the way
+        job = job_start(kind=services.BULK_TRANSITION_JOB, ids=[g.pk for g in gpus], actor=operator,
+                        chunk_size=3, params={"to_state": "drained", "reason": "lost"})
+    time.sleep(1)
+    job.refresh_from_db()
+    assert (job.status, job.done) == (JobStatus.QUEUED, 0)
+    assert jobs.jobs_resume_stalled(stalled_for=dt.timedelta(hours=1)) == 0  # not stalled long enough
+    assert jobs.jobs_resume_stalled(stalled_for=dt.timedelta(0)) == 3
+    job = _wait_for(job, celery_worker_process)
+    assert (job.status, job.done, job.failed) == (JobStatus.SUCCEEDED, 7, 0)
+    assert Gpu.objects.filter(state="drained").count() == 7
