@@ -1,50 +1,23 @@
-"""Importing GPUs from files (service layer): :func:`gpus_import` is the one entry point.
+"""One import run: check the parsed records, load what they refer to, match, plan, and write in bulk.
 
-The UI's upload page (preview with ``dry_run=True``, then confirm), ``POST /api/v1/imports/`` and the
-``import_gpus`` command call it. Parsing is :mod:`inventory.importers`; this module decides what the
-parsed GPUs mean for the inventory and writes it, in bulk, in one transaction, with audit events.
-
-Rules:
-- Whole file or nothing: any error (parse, value, conflict) and nothing is written.
-- Matching: real serial, else real UUID, else asset tag, else the slot (server hostname + PCI bus id)
-  when the GPU in that slot does not carry a different real serial/UUID. Masked values never match,
-  so two boards that report the same mask stay two GPUs.
-- Placement: the file's hostname (CSV ``hostname`` column) or ``server_hint`` places GPUs. A server
-  Fleet doesn't know is created unplaced (no rack; listed in ``servers_created``). Without a server
-  (nvidia-smi XML without ``--server``, an empty Fleet CSV hostname) the import places nothing: new
-  GPUs are created unplaced and existing ones keep their placement.
-- New GPUs start ``in_service`` when the file puts them in a server, ``received`` otherwise (Fleet CSV
-  may name the state). The state of an existing GPU is never changed by an import: a Fleet CSV row
-  naming another state is an error (use a transition).
-- A known GPU reported in another server or slot is moved (``GpuMove`` + ``move`` audit event); a GPU
-  occupying a slot the file gives to another GPU, and absent from the file, is moved out first (``remove``).
-- Firmware: one ``FirmwareObservation`` per (GPU, component, version); seeing it again only moves
-  ``last_seen``. ``Gpu.vbios_version``/``inforom_image``/``driver_version`` follow the version just seen.
-- Idempotent: importing the same file again changes no inventory row and writes no audit event.
-"""
+The rules are in the package docstring (:mod:`inventory.imports`)."""
 
 from __future__ import annotations
 
 import datetime as dt
-import json
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from django.conf import settings
 from django.contrib.contenttypes.models import ContentType
-from django.core.exceptions import ValidationError
-from django.core.serializers.json import DjangoJSONEncoder
-from django.db import DataError, IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
 from fleet import bulk
 from fleet.audit import Actor, actor_fields, audit_event, audit_write_many, diff, snapshot
 from fleet.models import AuditAction, AuditEvent
-from inventory import importers
-from inventory.importers.base import FORMATS, FW_DRIVER, FW_INFOROM_IMAGE, FW_VBIOS, GpuRecord, ImportError_
+from inventory.importers.base import FW_DRIVER, FW_INFOROM_IMAGE, FW_VBIOS, GpuRecord, ImportError_
 from inventory.models import (
     FirmwareObservation,
     Gpu,
@@ -52,13 +25,10 @@ from inventory.models import (
     GpuMove,
     GpuState,
     GpuStateChange,
-    ImportRun,
     MoveKind,
     Server,
 )
 from inventory.services import gpu_move_record
-
-__all__ = ["ImportError_", "ImportResult", "gpus_import"]
 
 CREATE, UPDATE, MOVE, UNCHANGED = "create", "update", "move", "unchanged"
 MAX_ERRORS = 500
@@ -101,109 +71,6 @@ class ImportFile(NamedTuple):
     filename: str
     content: bytes
     server_hint: str = ""
-
-
-def gpus_import(*, content: bytes, filename: str, fmt: str = "auto", server_hint: str = "", actor: Actor | None,
-                dry_run: bool = False) -> ImportResult:
-    """Import the GPUs in ``content``: all of it, or (with any error) nothing.
-
-    ``fmt``: ``auto``, ``nvidia-smi-xml``, ``nvidia-smi-csv`` or ``csv`` (Fleet's). ``server_hint``: the
-    hostname of the server the file came from (nvidia-smi output doesn't name it). ``dry_run`` computes
-    exactly what would happen (``rows``, counters, errors) and rolls it back.
-    """
-    return gpus_import_many(files=[ImportFile(filename, content, server_hint)], fmt=fmt, actor=actor,
-                            dry_run=dry_run)
-
-
-def gpus_import_many(*, files: Sequence[ImportFile], fmt: str = "auto", actor: Actor | None,
-                     dry_run: bool = False) -> ImportResult:
-    """Import several files (typically one ``nvidia-smi -q -x`` per host, each with its server) as one:
-    all of them, or (with any error in any file) nothing. Errors name the file they are in.
-
-    One transaction and one set of queries for the whole batch: 250 per-host files import several
-    times faster together than one by one (bench/README.md).
-    """
-    result = ImportResult(fmt=fmt)
-    limit = settings.FLEET_IMPORT_MAX_BYTES
-    if fmt != "auto" and fmt not in FORMATS:
-        result.errors.append(ImportError_(files[0].filename if files else "-", None, "format",
-                                          f"unknown format {fmt!r} (one of auto, {', '.join(FORMATS)})"))
-        return result
-    records: list[GpuRecord] = []
-    formats: set[str] = set()
-    for file in files:
-        if len(file.content) > limit:
-            result.errors.append(ImportError_(file.filename, None, "file", f"{len(file.content):,} bytes is larger "
-                                              f"than the import limit of {limit:,} bytes"))
-            continue
-        hint = file.server_hint.strip().lower()
-        if hint and not _HOSTNAME.match(hint):
-            result.errors.append(ImportError_(file.filename, None, "server", f"{file.server_hint!r} is not a hostname"))
-            continue
-        parsed = importers.parse(file.content, filename=file.filename, fmt=fmt)
-        formats.add(parsed.fmt)
-        result.errors.extend(parsed.errors)
-        for record in parsed.records:
-            record.hostname = record.hostname or hint or None
-            record.source = file.filename
-        records.extend(parsed.records)
-    result.fmt = "+".join(sorted(formats)) or fmt
-    if result.errors or not files:
-        result.errors = _capped(result.errors)
-        return result
-    name = files[0].filename if len(files) == 1 else f"{len(files)} files ({files[0].filename}, ...)"
-    try:
-        with transaction.atomic():
-            _Import(records=records, filename=name, fmt=result.fmt, hint=None, actor=actor, result=result,
-                    lock=not dry_run).run()
-            if dry_run or result.errors:
-                transaction.set_rollback(True)
-    except (IntegrityError, DataError) as exc:
-        result.errors.append(ImportError_(name, None, "database", f"the database refused the import, so nothing "
-                                          f"was written (a concurrent change? try again): {exc}".strip()[:500]))
-    result.errors = _capped(result.errors)
-    result.applied = not dry_run and not result.errors
-    return result
-
-
-# Rows kept in an upload's stored preview (the counts cover every row; the page lists this many).
-PREVIEW_ROWS = 2000
-
-
-def _summary(result: ImportResult) -> dict[str, Any]:
-    """An ImportResult as JSON for ``ImportRun.summary``: counts, errors, and the first rows."""
-    summary = result.as_dict()
-    summary["row_count"] = len(summary["rows"])
-    summary["rows"] = summary["rows"][:PREVIEW_ROWS]
-    return json.loads(json.dumps(summary, cls=DjangoJSONEncoder))
-
-
-def import_run_preview(*, content: bytes, filename: str, fmt: str, server_hint: str, actor: Actor | None) -> ImportRun:
-    """Keep an upload and what importing it would do (a dry run), until someone confirms it."""
-    run = ImportRun.objects.create(filename=filename[:255], fmt=fmt, server_hint=server_hint.strip(),
-                                   content=content, created_by=actor if getattr(actor, "pk", None) else None)
-    run.summary = _summary(gpus_import(content=content, filename=run.filename, fmt=fmt,
-                                       server_hint=run.server_hint, actor=actor, dry_run=True))
-    run.save(update_fields=["summary"])
-    return run
-
-
-@transaction.atomic
-def import_run_confirm(*, run_id: int, actor: Actor | None) -> ImportRun:
-    """Apply a previewed upload, once. The row lock makes a second confirm wait, then find it applied.
-
-    Raises ``ValidationError`` when it was already confirmed or its preview found errors.
-    """
-    run = ImportRun.objects.select_for_update().get(pk=run_id)
-    if run.status != ImportRun.Status.PREVIEW:
-        raise ValidationError("This import was already confirmed.", code="confirmed")
-    if run.summary.get("errors"):
-        raise ValidationError("The preview found errors: fix the file and upload it again.", code="invalid")
-    run.summary = _summary(gpus_import(content=bytes(run.content), filename=run.filename, fmt=run.fmt,
-                                       server_hint=run.server_hint, actor=actor, dry_run=False))
-    run.status = ImportRun.Status.APPLIED if run.summary["applied"] else ImportRun.Status.FAILED
-    run.save(update_fields=["summary", "status"])
-    return run
 
 
 def _capped(errors: list[ImportError_]) -> list[ImportError_]:
