@@ -35,7 +35,7 @@ def adopt(obj: models.Model, saved: models.Model) -> None:
 class AuditedModelAdmin(admin.ModelAdmin):
     """Saves and deletes through the app's audited services.
 
-    Subclasses set ``create_service(model=, actor=, **fields)``, ``update_service(obj=, actor=, before=,
+    Subclasses set ``create_service(model_class=, actor=, **fields)``, ``update_service(obj=, actor=, before=,
     **fields)`` and ``delete_service(obj=, actor=)`` (for inventory: ``services.record_*``). Many-to-many
     fields from the form are handed to the same service call rather than saved by the form.
     """
@@ -59,7 +59,7 @@ class AuditedModelAdmin(admin.ModelAdmin):
             before = snapshot(type(obj)._default_manager.get(pk=obj.pk))
             type(self).update_service(obj=obj, actor=request.user, before=before, **m2m)
         else:
-            adopt(obj, type(self).create_service(model=type(obj), actor=request.user, **fields, **m2m))
+            adopt(obj, type(self).create_service(model_class=type(obj), actor=request.user, **fields, **m2m))
 
     def save_related(self, request: HttpRequest, form: ModelForm, formsets: Any, change: bool) -> None:
         for formset in formsets:  # the form's own many-to-many went to the service in save_model

@@ -157,7 +157,7 @@ class NewestFirstCursorPagination(IdCursorPagination):
 class AuditedModelViewSet(viewsets.ModelViewSet):
     """A resource whose writes go through the app's audited services, never ``serializer.save()``.
 
-    Subclasses set the services (``create_service(model=, actor=, **fields)``,
+    Subclasses set the services (``create_service(model_class=, actor=, **fields)``,
     ``update_service(obj=, actor=, **fields)``, ``delete_service(obj=, actor=)``). Reads need viewer,
     writes operator, deletes admin (the same matrix the Django admin enforces through model permissions).
     """
@@ -169,7 +169,7 @@ class AuditedModelViewSet(viewsets.ModelViewSet):
     delete_service: Callable[..., None]
 
     def perform_create(self, serializer: serializers.ModelSerializer) -> None:
-        serializer.instance = type(self).create_service(model=serializer.Meta.model, actor=self.request.user,
+        serializer.instance = type(self).create_service(model_class=serializer.Meta.model, actor=self.request.user,
                                                         **serializer.validated_data)
 
     def perform_update(self, serializer: serializers.ModelSerializer) -> None:

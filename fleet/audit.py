@@ -139,10 +139,10 @@ def audit_write_many(events: Iterable[AuditEvent]) -> None:
     bulk.insert(AuditEvent, list(events))
 
 
-def audited_create(*, model: type[models.Model], actor: Actor | None, **fields: Any) -> models.Model:
+def audited_create(*, model_class: type[models.Model], actor: Actor | None, **fields: Any) -> models.Model:
     """Create one row (many-to-many values included) and its audit event. Caller owns the transaction."""
-    m2m = _pop_m2m(model, fields)
-    obj = model(**fields)
+    m2m = _pop_m2m(model_class, fields)
+    obj = model_class(**fields)
     obj.full_clean()
     obj.save()
     for name, values in m2m.items():

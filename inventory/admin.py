@@ -149,10 +149,8 @@ class GpuAdmin(InventoryAdmin):
 
     def save_model(self, request: HttpRequest, obj: Gpu, form: ModelForm, change: bool) -> None:
         """Identity, asset and firmware edits are a record update; a changed slot is a recorded move."""
-        if not change:  # ``gpu_create`` directly: the ``model`` field would collide with ``record_create(model=)``
-            fields, _ = self._form_values(obj, form)
-            adopt(obj, services.gpu_create(actor=request.user, **fields))
-            return None
+        if not change:
+            return super().save_model(request, obj, form, change)
         current = Gpu.objects.get(pk=obj.pk)
         target = (obj.server, obj.pci_bus_id, obj.module_id)
         moved = (obj.server_id, obj.pci_bus_id, obj.module_id) != (current.server_id, current.pci_bus_id,

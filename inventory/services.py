@@ -39,11 +39,12 @@ def _actor_name(actor: Actor | None) -> str:
 # --- generic records (locations, catalog, servers) -------------------------------------------------
 
 @transaction.atomic
-def record_create(*, model: type[models.Model], actor: Actor | None, **fields: Any) -> models.Model:
-    """Create a location, catalog entry or server, audited."""
-    if model is Gpu:
+def record_create(*, model_class: type[models.Model], actor: Actor | None, **fields: Any) -> models.Model:
+    """Create a location, catalog entry, server or GPU, audited. (``model_class``, not ``model``: a GPU has
+    a field named ``model``.)"""
+    if model_class is Gpu:
         return gpu_create(actor=actor, **fields)
-    return audited_create(model=model, actor=actor, **fields)
+    return audited_create(model_class=model_class, actor=actor, **fields)
 
 
 @transaction.atomic
@@ -252,6 +253,8 @@ def gpu_move(*, gpu: Gpu, to_server: Server | None, to_pci_bus_id: str = "", to_
              actor: Actor | None, reason: str = "", to_spares: bool = False) -> Gpu:
     """Move a GPU to a server slot, out of its server, or into the spares pool; recorded and audited."""
     gpu = Gpu.objects.select_for_update().get(pk=gpu.pk)
+    if to_spares and to_server is not None:
+        raise ValidationError({"to_spares": "A GPU going to spares leaves its server: give no server."})
     if to_server is None and (to_pci_bus_id or to_module_id is not None):
         raise ValidationError({"to_server": "A slot needs a server."})
     if to_server is not None and to_pci_bus_id:

@@ -13,17 +13,17 @@ _seq = itertools.count(1)
 
 def site(code: str | None = None) -> Site:
     n = next(_seq)
-    return services.record_create(model=Site, actor=SYSTEM, code=code or f"s{n}", name=f"Site {n}",
+    return services.record_create(model_class=Site, actor=SYSTEM, code=code or f"s{n}", name=f"Site {n}",
                                   timezone="UTC", electricity_price_kwh="0.1000", pue="1.30")
 
 
 def rack(site_obj: Site | None = None, name: str | None = None) -> Rack:
     n = next(_seq)
     site_obj = site_obj or site()
-    hall = services.record_create(model=Hall, actor=SYSTEM, site=site_obj, name=f"H{n}")
-    row = services.record_create(model=Row, actor=SYSTEM, hall=hall, name=f"R{n}")
-    feed = services.record_create(model=PowerFeed, actor=SYSTEM, site=site_obj, name=f"PDU-{n}")
-    return services.record_create(model=Rack, actor=SYSTEM, row=row, name=name or f"rack-{n}", position=1,
+    hall = services.record_create(model_class=Hall, actor=SYSTEM, site=site_obj, name=f"H{n}")
+    row = services.record_create(model_class=Row, actor=SYSTEM, hall=hall, name=f"R{n}")
+    feed = services.record_create(model_class=PowerFeed, actor=SYSTEM, site=site_obj, name=f"PDU-{n}")
+    return services.record_create(model_class=Rack, actor=SYSTEM, row=row, name=name or f"rack-{n}", position=1,
                                   power_budget_kw="40.00", power_feeds=[feed])
 
 
@@ -36,7 +36,7 @@ def server(rack_obj: Rack | None = None, hostname: str | None = None, rack_unit:
     n = next(_seq)
     platform = ServerPlatform.objects.get_or_create(name="HGX H100 8-GPU", defaults={"gpu_model": gpu_model()})[0]
     rack_obj = rack_obj if rack_obj is not None else rack()
-    return services.record_create(model=Server, actor=SYSTEM, hostname=hostname or f"node{n:05d}",
+    return services.record_create(model_class=Server, actor=SYSTEM, hostname=hostname or f"node{n:05d}",
                                   serial=f"SRV{n:06d}", platform=platform, rack=rack_obj,
                                   rack_unit=rack_unit if rack_unit is not None else 2 + (n % 5) * 8)
 

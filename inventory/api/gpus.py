@@ -148,11 +148,6 @@ class MoveSerializer(serializers.Serializer):
         except ValueError as exc:
             raise serializers.ValidationError(str(exc)) from None
 
-    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
-        if attrs["to_spares"] and attrs["server"] is not None:
-            raise serializers.ValidationError({"to_spares": "A GPU going to spares leaves its server: "
-                                                            "send server null."})
-        return attrs
 
 
 # The service names the target fields ``to_*``; the request calls them by their plain names.
@@ -167,6 +162,7 @@ class GpuViewSet(AuditedModelViewSet):
 
     serializer_class = GpuSerializer
     filterset_class = GpuFilter
+    create_service = services.record_create
     update_service = services.record_update
     delete_service = services.record_delete
     required_roles = {**AuditedModelViewSet.required_roles, "transition": OPERATOR, "bulk_transition": OPERATOR,
@@ -179,10 +175,6 @@ class GpuViewSet(AuditedModelViewSet):
         """One query, no model instances: the page's rows come from ``.values()`` into the same document."""
         rows = self.paginate_queryset(self.filter_queryset(self.get_queryset()).values(*GPU_COLUMNS))
         return self.get_paginated_response([gpu_document(row) for row in rows])
-
-    def perform_create(self, serializer: serializers.ModelSerializer) -> None:
-        # ``gpu_create`` directly: a GPU's ``model`` field would collide with ``record_create(model=...)``.
-        serializer.instance = services.gpu_create(actor=self.request.user, **serializer.validated_data)
 
     @extend_schema(
         summary="Export GPUs as CSV",

@@ -220,11 +220,11 @@ class Builder:
         gpu_models, platforms = {}, {}
         for sku in SKUS:
             gpu_models[sku.sku] = GpuModel.objects.filter(name=sku.name).first() or services.record_create(
-                model=GpuModel, actor=self.actor, sku=sku.sku, name=sku.name, architecture=sku.architecture,
+                model_class=GpuModel, actor=self.actor, sku=sku.sku, name=sku.name, architecture=sku.architecture,
                 memory_gib=sku.memory_gib, tdp_w=sku.tdp_w, slowdown_temp_c=sku.slowdown_c,
                 shutdown_temp_c=sku.shutdown_c)
             platforms[sku.sku] = ServerPlatform.objects.filter(name=sku.platform).first() or services.record_create(
-                model=ServerPlatform, actor=self.actor, name=sku.platform, vendor=sku.vendor,
+                model_class=ServerPlatform, actor=self.actor, name=sku.platform, vendor=sku.vendor,
                 gpu_model=gpu_models[sku.sku], gpu_slots=SLOTS, height_u=sku.height_u)
         return gpu_models, platforms
 

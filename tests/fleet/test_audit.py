@@ -262,7 +262,7 @@ def test_many_to_many_changes_are_audited(operator):
     created = AuditEvent.objects.filter(action="create", object_id=str(rack.pk), content_type__model="rack").get()
     first_feed = list(rack.power_feeds.values_list("pk", flat=True))
     assert created.changes["power_feeds"] == [None, first_feed]
-    second = services.record_create(model=PowerFeed, actor=SYSTEM, site=rack.site, name="PDU-B")
+    second = services.record_create(model_class=PowerFeed, actor=SYSTEM, site=rack.site, name="PDU-B")
     changes = services.record_update(obj=rack, actor=operator, power_feeds=[*first_feed, second.pk])
     assert changes == {"power_feeds": [first_feed, sorted([*first_feed, second.pk])]}
     event = AuditEvent.objects.filter(action="update", object_id=str(rack.pk), content_type__model="rack").get()

@@ -94,7 +94,7 @@ def test_site_crud_and_errors(api):
     bad_pue = client.post(f"{V1}/sites/", {"code": "x1", "name": "X", "pue": "0.50"}, format="json")
     assert bad_pue.status_code == 400 and "non_field_errors" in bad_pue.json()
     site = Site.objects.get(code="ams1")
-    services.record_create(model=Hall, actor=None, site=site, name="H1")
+    services.record_create(model_class=Hall, actor=None, site=site, name="H1")
     refused = api("admin").delete(f"{V1}/sites/{site.pk}/")
     assert refused.status_code == 409
     assert refused.json()["protected_by"] == {"halls": 1} and "ams1" in refused.json()["detail"]
@@ -434,9 +434,9 @@ def test_every_list_is_one_query_per_page(api, operator, django_assert_max_num_q
         server = factories.server()
         gpu = factories.gpu(server)
         services.gpu_move(gpu=gpu, to_server=None, actor=operator, to_spares=True)
-        domain = services.record_create(model=NvlinkDomain, actor=operator, site=server.site, name=f"nvl-{n}")
+        domain = services.record_create(model_class=NvlinkDomain, actor=operator, site=server.site, name=f"nvl-{n}")
         services.record_update(obj=server, actor=operator, nvlink_domain=domain)
-        services.record_create(model=FirmwareObservation, actor=operator, gpu=gpu, component="gpu_vbios",
+        services.record_create(model_class=FirmwareObservation, actor=operator, gpu=gpu, component="gpu_vbios",
                                version="96.00.89", source="api-test", first_seen=now, last_seen=now)
         Job.objects.create(kind="gpu_bulk_transition", total=1, created_by=operator)
     # token + user, the user's roles, the page (racks: + one prefetch of power feed ids)

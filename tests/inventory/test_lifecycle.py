@@ -43,3 +43,14 @@ def test_bulk_transition_is_all_or_nothing_when_small(operator):
                                           reason="maintenance")
     assert result.done == 3
     assert GpuStateChange.objects.filter(to_state="drained", reason="maintenance").count() == 3
+
+
+@pytest.mark.django_db
+def test_a_gpu_going_to_spares_cannot_name_a_server(operator):
+    server = factories.server()
+    gpu = factories.gpu(server)
+    with pytest.raises(ValidationError) as excinfo:
+        services.gpu_move(gpu=gpu, to_server=factories.server(), to_spares=True, actor=operator)
+    assert "to_spares" in excinfo.value.message_dict
+    gpu.refresh_from_db()
+    assert gpu.server_id == server.pk

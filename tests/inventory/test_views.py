@@ -31,7 +31,7 @@ def fleet(db):
     rack = factories.rack(site, name="ams1-r01")
     node_a = factories.server(rack, hostname="node-a", rack_unit=10)
     node_b = factories.server(rack, hostname="node-b", rack_unit=2)
-    loose = services.record_create(model=Server, actor=SYSTEM, hostname="loose-1")  # seen, never racked
+    loose = services.record_create(model_class=Server, actor=SYSTEM, hostname="loose-1")  # seen, never racked
     gpus_a = [factories.gpu(node_a, serial=f"A{i:03d}") for i in range(4)]
     gpus_b = [factories.gpu(node_b, serial=f"B{i:03d}", state="drained") for i in range(2)]
     spare = factories.gpu(state="spare", serial="SPARE1")
