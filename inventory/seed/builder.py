@@ -375,11 +375,12 @@ class Builder:
             self.firmware.append((gpu_id, None, component, version, "nvidia-smi-xml", first, last))
 
     def identity(self, i: int, sku: Sku, *, serial: bool = True, uuid_known: bool = True) -> tuple:
-        """(serial, serial_raw, uuid, uuid_raw, identity_masked); a UUID is drawn either way (stable streams)."""
+        """(serial, serial_raw, uuid, uuid_raw, identity_masked); a UUID is drawn either way (stable streams).
+        The ``*_raw`` columns hold what a tool reported only when it was masked (as the importer keeps them)."""
         drawn = f"GPU-{uuid.UUID(int=self.rng.getrandbits(128))}"
         sn = f"{sku.serial_prefix}{self.suffixes[i]:07d}" if serial else None
         uid = drawn if uuid_known else None
-        return sn, sn or "", uid, uid or "", False
+        return sn, "", uid, "", False
 
     def tag(self) -> str:
         self.tags += 1
@@ -416,7 +417,7 @@ class Builder:
         changed = self.history(gpu_id, steps)
         if p.masked:  # a pass-through host: nvidia-smi reports zeroes; half of them mask the UUID too
             uid = f"GPU-{uuid.UUID(int=self.rng.getrandbits(128))}"
-            ident = (None, MASKED_SERIAL, None if p.node % 2 else uid, MASKED_UUID if p.node % 2 else uid, True)
+            ident = (None, MASKED_SERIAL, None if p.node % 2 else uid, MASKED_UUID if p.node % 2 else "", True)
         else:
             ident = self.identity(i, sku)
         observed = [(FirmwareComponent.GPU_VBIOS, vbios, installed, p.last_seen),
