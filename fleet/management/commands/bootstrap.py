@@ -77,7 +77,7 @@ class Command(BaseCommand):
         self.stdout.write(self.style.SUCCESS(f"Log in at {self.url} as {username} / {password}"))
 
     def demo(self, gpus: int, seed: int) -> None:
-        if Gpu.objects.exists() or not inventory_is_empty():
+        if not inventory_is_empty():
             self.stdout.write(f"Inventory is not empty ({Gpu.objects.count():,} GPUs): demo fleet not loaded.")
             demo_path = self.var / "demo-password"
             if demo_path.exists():
