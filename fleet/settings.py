@@ -9,6 +9,9 @@ from pathlib import Path
 
 import dj_database_url
 
+from firmware.schedule import BEAT_SCHEDULE as FIRMWARE_BEAT_SCHEDULE
+from inventory.telemetry.schedule import BEAT_SCHEDULE as TELEMETRY_BEAT_SCHEDULE
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("FLEET_VAR_DIR", BASE_DIR / "var"))
 VAR_DIR.mkdir(parents=True, exist_ok=True)
@@ -56,6 +59,7 @@ INSTALLED_APPS = [
     "django_htmx",
     "fleet",
     "inventory",
+    "firmware",
 ]
 
 MIDDLEWARE = [
@@ -199,6 +203,8 @@ CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 CELERY_BEAT_SCHEDULE = {
     "audit-retention": {"task": "fleet.tasks.audit_prune_task", "schedule": 3600.0},
     "jobs-resume-stalled": {"task": "fleet.tasks.jobs_resume_stalled_task", "schedule": 60.0},
+    **TELEMETRY_BEAT_SCHEDULE,
+    **FIRMWARE_BEAT_SCHEDULE,
 }
 
 LOGGING = {

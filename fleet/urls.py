@@ -9,7 +9,9 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="swagger-ui"),
-    path("api/v1/", include("inventory.api_urls")),
+    path("api/v1/", include("fleet.api_urls")),
     path("", include("fleet.web_urls")),
     path("", include("inventory.urls")),
+    path("", include("inventory.telemetry.urls")),
+    path("", include("firmware.urls")),
 ]

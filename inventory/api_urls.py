@@ -1,13 +1,10 @@
-"""``/api/v1/``: one router for every resource. Names live in the ``api`` namespace (``api:gpu-list``) so they
-never shadow the HTML pages' names (``gpu-list``)."""
+"""Inventory endpoints under ``/api/v1/``; composed into the ``api`` namespace by ``fleet.api_urls``."""
 
 from django.urls import path
 from rest_framework.authtoken.views import obtain_auth_token
 from rest_framework.routers import DefaultRouter
 
 from inventory import api
-
-app_name = "api"
 
 router = DefaultRouter()
 router.register("sites", api.SiteViewSet, basename="site")
