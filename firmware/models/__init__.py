@@ -1,0 +1,27 @@
+"""Firmware: the catalog (components, releases, bundles), baselines, pools and maintenance windows
+(``catalog``), and staged rollouts whose state machine lives in the database (``rollout``)."""
+
+from firmware.models.catalog import (  # noqa: F401
+    Activation,
+    Baseline,
+    Bundle,
+    BundleItem,
+    Channel,
+    ComponentSpec,
+    MaintenanceWindow,
+    Pool,
+    Release,
+    UpdateMethod,
+    WindowKind,
+    version_key,
+)
+from firmware.models.rollout import (  # noqa: F401
+    ErrorClass,
+    Rollout,
+    RolloutState,
+    RolloutTarget,
+    RolloutWave,
+    TargetState,
+    TargetStep,
+    WaveState,
+)
