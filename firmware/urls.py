@@ -1,7 +1,5 @@
-from django.urls import path
+"""HTML pages of the firmware app: the catalog, baselines and drift (``urls_catalog``), rollouts (``urls_rollouts``)."""
 
-from firmware import views
+from firmware import urls_catalog, urls_rollouts
 
-urlpatterns = [
-    path("firmware/", views.firmware_home, name="firmware-home"),
-]
+urlpatterns = [*urls_catalog.urlpatterns, *urls_rollouts.urlpatterns]

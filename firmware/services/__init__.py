@@ -1,0 +1,1 @@
+"""Import from the submodules (firmware.services.<module>); nothing is re-exported here."""
