@@ -222,3 +222,59 @@ class MaintenanceWindow(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class ComplianceState(models.TextChoices):
+    COMPLIANT = "compliant", "Compliant"
+    DRIFT = "drift", "Drift"
+    UNKNOWN = "unknown", "Unknown (not observed)"
+
+
+class ComplianceStatus(models.Model):
+    """One expected component on one server (``gpu`` empty) or one GPU, against what was last observed.
+
+    Rewritten as a whole by ``firmware.services.compliance.compliance_recompute`` (one INSERT ... SELECT);
+    the drift report, the firmware home page and the rollout precheck read it.
+    """
+
+    # A derived table rewritten whole: no foreign-key constraints (their per-row checks doubled the
+    # recompute's INSERT time at 100,000 GPUs), and nothing it points to is ever deleted (PROTECT).
+    server = models.ForeignKey(Server, on_delete=models.DO_NOTHING, db_constraint=False, related_name="+")
+    gpu = models.ForeignKey("inventory.Gpu", null=True, blank=True, on_delete=models.DO_NOTHING,
+                            db_constraint=False, related_name="+")
+    component = models.CharField(max_length=24, choices=FirmwareComponent.choices)
+    baseline = models.ForeignKey(Baseline, on_delete=models.DO_NOTHING, db_constraint=False, related_name="+")
+    expected = models.CharField(max_length=80)
+    actual = models.CharField(max_length=80, blank=True)
+    status = models.CharField(max_length=10, choices=ComplianceState.choices)
+    computed_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["id"]
+        indexes = [
+            models.Index(fields=["status", "component", "id"], name="compliance_status_idx"),
+            models.Index(fields=["server", "component"], name="compliance_server_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.server_id}/{self.gpu_id or '-'} {self.component}: {self.status}"
+
+
+class FirmwareTuple(models.Model):
+    """The firmware a server runs, as one comparable identity: every catalogued component's current
+    version (a GPU component lists each distinct version its GPUs report), hashed. Written with the
+    compliance status; read by the scheduler-label export and the mixed-firmware findings."""
+
+    server = models.OneToOneField(Server, primary_key=True, on_delete=models.DO_NOTHING, db_constraint=False,
+                                  related_name="+")
+    tuple_text = models.TextField(help_text="component=version;... sorted, versions lower-cased")
+    tuple_hash = models.CharField(max_length=32)
+    mixed = models.BooleanField(default=False, help_text="Its GPUs disagree on a component's version")
+    computed_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["server"]
+        indexes = [models.Index(fields=["tuple_hash"], name="fwtuple_hash_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.server_id}: {self.tuple_hash[:8]}"
