@@ -9,7 +9,7 @@ from django.db import models
 from django.db.models import Q
 
 from firmware.models.catalog import Bundle, Release
-from inventory.models import Server
+from inventory.models import Server, Site
 
 
 class RolloutState(models.TextChoices):
@@ -38,12 +38,15 @@ class Rollout(models.Model):
     stop_requested = models.BooleanField(default=False, help_text="Finish what was activated, start nothing new")
     version = models.PositiveIntegerField(default=0)
     plan_hash = models.CharField(max_length=64, blank=True)
+    plan_summary = models.JSONField(default=dict, blank=True,
+                                    help_text="Skipped (already compliant) servers, upgrade paths, totals")
     current_wave = models.PositiveSmallIntegerField(default=0)
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
     created_at = models.DateTimeField(auto_now_add=True)
     approved_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT,
                                     related_name="+")
     approved_at = models.DateTimeField(null=True, blank=True)
+    paused_at = models.DateTimeField(null=True, blank=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
 
@@ -105,6 +108,16 @@ class TargetState(models.TextChoices):
 class ErrorClass(models.TextChoices):
     INFRA = "infra", "Infrastructure (BMC unreachable, timeout, 5xx)"
     FIRMWARE = "firmware", "Firmware (update or verification failed)"
+    INCONCLUSIVE = "inconclusive", "Inconclusive (a task or a check did not finish in time)"
+
+
+# Target states a target leaves only through the engine; before ACTIVATING a target may still be cancelled.
+TARGET_CANCELLABLE = (TargetState.PENDING, TargetState.PRECHECK, TargetState.STAGING, TargetState.DRAINING)
+TARGET_PAST_NO_RETURN = (TargetState.ACTIVATING, TargetState.VERIFYING)
+TARGET_IN_FLIGHT = (TargetState.PRECHECK, TargetState.STAGING, TargetState.DRAINING, *TARGET_PAST_NO_RETURN)
+TARGET_UNAVAILABLE = (TargetState.DRAINING, *TARGET_PAST_NO_RETURN)
+TARGET_DONE = (TargetState.SUCCEEDED, TargetState.SKIPPED, TargetState.FAILED, TargetState.CANCELLED,
+               TargetState.ROLLED_BACK)
 
 
 class RolloutTarget(models.Model):
@@ -115,15 +128,20 @@ class RolloutTarget(models.Model):
     wave = models.ForeignKey(RolloutWave, on_delete=models.CASCADE, related_name="targets")
     server = models.ForeignKey(Server, on_delete=models.PROTECT, related_name="rollout_targets")
     unit_key = models.CharField(max_length=60)
+    site = models.ForeignKey(Site, null=True, blank=True, on_delete=models.PROTECT, related_name="+")
+    bmc_class = models.CharField(max_length=100, blank=True, help_text="Platform: concurrency is capped per class")
+    domains = models.JSONField(default=dict, blank=True, help_text="Failure domains (rack, row, feed, NVLink)")
     upgrade_path = models.CharField(max_length=64, blank=True, help_text="Hash of platform x firmware tuple x site")
     state = models.CharField(max_length=12, choices=TargetState.choices, default=TargetState.PENDING)
     version = models.PositiveIntegerField(default=0)
     item_index = models.PositiveSmallIntegerField(default=0, help_text="Bundle item being applied")
     attempts = models.PositiveSmallIntegerField(default=0)
     next_run_at = models.DateTimeField(null=True, blank=True)
+    deadline_at = models.DateTimeField(null=True, blank=True, help_text="The current state gives up after this")
+    work = models.JSONField(default=list, blank=True, help_text="Bundle items this server needs (from precheck)")
     bmc_task_uri = models.CharField(max_length=300, blank=True)
     last_error = models.TextField(blank=True)
-    error_class = models.CharField(max_length=10, choices=ErrorClass.choices, blank=True)
+    error_class = models.CharField(max_length=12, choices=ErrorClass.choices, blank=True)
     before = models.JSONField(default=dict, blank=True, help_text="Component versions before the update")
     after = models.JSONField(default=dict, blank=True)
     started_at = models.DateTimeField(null=True, blank=True)
@@ -138,6 +156,7 @@ class RolloutTarget(models.Model):
         indexes = [
             models.Index(fields=["state", "next_run_at"], name="target_due_idx"),
             models.Index(fields=["rollout", "state"], name="target_rollout_state_idx"),
+            models.Index(fields=["wave", "state"], name="target_wave_state_idx"),
         ]
 
     def __str__(self) -> str:
