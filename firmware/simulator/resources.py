@@ -1,7 +1,10 @@
 """Redfish JSON bodies of one virtual BMC. @odata.id values are relative to the BMC's base URL
 (``http://host:port/bmc/<id>``), as a real BMC's are relative to its host."""
 
-from .state import Bmc, Component, Task, _pending_json
+import datetime as dt
+import uuid
+
+from .state import Bmc, Component, Task, pending_json
 
 R = "/redfish/v1"
 UPDATE_SERVICE = f"{R}/UpdateService"
@@ -102,7 +105,7 @@ def inventory_item(bmc: Bmc, component: Component) -> dict:
         "Manufacturer": spec.manufacturer, "Version": component.version, "Updateable": spec.updateable,
         "WriteProtected": False, "Status": {"State": "Enabled", "Health": "OK"},
         "RelatedItem": [link(spec.related_item)], "RelatedItem@odata.count": 1,
-        "Oem": {"FleetSim": {"Activation": spec.activation, "PendingImage": _pending_json(component.pending)}},
+        "Oem": {"FleetSim": {"Activation": spec.activation, "PendingImage": pending_json(component.pending)}},
     }
     if spec.description:
         body["Description"] = spec.description
@@ -111,7 +114,8 @@ def inventory_item(bmc: Bmc, component: Component) -> dict:
     return body
 
 
-def task(bmc: Bmc, task: Task, now: float) -> dict:
+def task(task: Task, now: float, wall_offset: float) -> dict:
+    """``wall_offset`` turns the simulator clock into epoch seconds for StartTime/EndTime."""
     odata_id = f"{TASKS}/{task.id}"
     state = task.state
     if not task.done:
@@ -119,13 +123,13 @@ def task(bmc: Bmc, task: Task, now: float) -> dict:
     body = {
         "@odata.id": odata_id, "@odata.type": "#Task.v1_7_4.Task", "Id": str(task.id), "Name": "Update Task",
         "TaskState": state, "TaskStatus": task.status, "PercentComplete": task.percent(now),
-        "TaskMonitor": f"{odata_id}/Monitor", "StartTime": _iso(task.created), "Messages": task.messages,
+        "TaskMonitor": f"{odata_id}/Monitor", "StartTime": _iso(task.created + wall_offset), "Messages": task.messages,
         "Payload": {"TargetUri": SIMPLE_UPDATE, "HttpOperation": "POST",
                     "JsonBody": {"ImageURI": task.image, "Targets": [f"{INVENTORY}/{t.component}"
                                                                      for t in task.targets]}},
     }
     if task.done:
-        body["EndTime"] = _iso(task.ended or now)
+        body["EndTime"] = _iso((task.ended or now) + wall_offset)
     return body
 
 
@@ -139,12 +143,8 @@ def _reset_action(target: str, allowed: list[str]) -> dict:
 
 
 def _iso(seconds: float) -> str:
-    import datetime as dt
-
     return dt.datetime.fromtimestamp(seconds, tz=dt.UTC).isoformat(timespec="seconds")
 
 
 def _uuid(text: str) -> str:
-    import uuid
-
     return str(uuid.uuid5(uuid.NAMESPACE_URL, f"fleet-bmc-simulator:{text}"))

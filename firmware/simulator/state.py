@@ -9,6 +9,7 @@ it, then "AwaitingActivation" after StartUpdate/Activate) -> active on the reset
 profiles.py), or at once if it needs none. The inventory Version changes only at that last step.
 """
 
+import itertools
 import threading
 import time
 from collections import Counter
@@ -132,6 +133,7 @@ class Bmc:
 class Simulator:
     def __init__(self, *, clock: Callable[[], float] | None = None, **config: object) -> None:
         self.clock = clock or time.monotonic
+        self.wall_offset = time.time() - self.clock()  # clock -> epoch seconds, for task times
         self.config = SimConfig().merged(config)
         self.stats = Stats()
         self._bmcs: dict[str, Bmc] = {}
@@ -249,8 +251,9 @@ class Simulator:
 
     def _forget_old_tasks(self, bmc: Bmc) -> None:
         excess = len(bmc.tasks) - self.config.max_tasks_per_bmc
-        for task_id in [i for i, t in bmc.tasks.items() if t.done][:max(0, excess)]:
-            del bmc.tasks[task_id]
+        if excess > 0:  # tasks are in creation order: the oldest finished ones go
+            for task_id in [i for i, t in itertools.islice(bmc.tasks.items(), excess + len(bmc.running)) if t.done][:excess]:
+                del bmc.tasks[task_id]
 
     def _finish(self, bmc: Bmc, task: Task, now: float) -> None:
         failed = False
@@ -332,7 +335,7 @@ class Simulator:
             bmc.power[system_id] = "On"
             self._activate(bmc, {profiles.HOST_REBOOT})
 
-    def reset_chassis(self, bmc: Bmc, reset_type: str) -> None:
+    def reset_chassis(self, bmc: Bmc, chassis_id: str, reset_type: str) -> None:
         now = self.settle(bmc)
         if reset_type not in CHASSIS_RESET_TYPES:
             raise RedfishError(400, "Base.1.13.0.ActionParameterValueNotInList", reset_type, "ResetType",
@@ -373,7 +376,7 @@ class Simulator:
                 "id": bmc.id, "profile": bmc.profile.name, "bmc_class": bmc.bmc_class, "power": dict(bmc.power),
                 "unreachable_for": max(0.0, bmc.unreachable_until - now),
                 "components": {cid: {"version": c.version, "activation": c.spec.activation,
-                                     "pending": _pending_json(c.pending), "busy_task": c.busy_task}
+                                     "pending": pending_json(c.pending), "busy_task": c.busy_task}
                                for cid, c in bmc.components.items()},
                 "tasks": dict(Counter(t.state for t in bmc.tasks.values())),
             }
@@ -385,7 +388,7 @@ class Simulator:
             return {cid: c.version for cid, c in bmc.components.items()}
 
 
-def _pending_json(pending: Pending | None) -> dict | None:
+def pending_json(pending: Pending | None) -> dict | None:
     if pending is None:
         return None
     return {"Version": pending.version, "ImageURI": pending.image, "State": pending.state,
