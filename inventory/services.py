@@ -29,7 +29,17 @@ from fleet.audit import (
 from fleet.jobs import job_start
 from fleet.models import AuditAction, Job
 from inventory.lifecycle import check_transition
-from inventory.models import Gpu, GpuMove, GpuState, GpuStateChange, MoveKind, Rack, Server
+from inventory.models import (
+    FirmwareComponent,
+    FirmwareObservation,
+    Gpu,
+    GpuMove,
+    GpuState,
+    GpuStateChange,
+    MoveKind,
+    Rack,
+    Server,
+)
 
 
 def _actor_name(actor: Actor | None) -> str:
@@ -272,3 +282,51 @@ def gpu_move(*, gpu: Gpu, to_server: Server | None, to_pci_bus_id: str = "", to_
     move.save()
     event.save()
     return gpu
+
+
+# --- firmware observations -------------------------------------------------------------------------------
+
+# The GPU columns that follow the latest observation of their component (the imports keep them the same way).
+GPU_FIRMWARE_COLUMNS = {FirmwareComponent.GPU_VBIOS: "vbios_version",
+                        FirmwareComponent.GPU_INFOROM_IMAGE: "inforom_image",
+                        FirmwareComponent.DRIVER: "driver_version"}
+
+
+@transaction.atomic
+def firmware_observe(*, gpu: Gpu | None = None, server: Server | None = None, component: str, version: str,
+                     source: str, seen_at: dt.datetime, actor: Actor | None) -> FirmwareObservation:
+    """Record that ``component`` of one GPU or one server runs ``version``, seen at ``seen_at``.
+
+    One row per (device, component, version): seeing it again moves ``last_seen``. A version not seen
+    before is audited on the device (``firmware.<component>: [previous, new]``); a GPU's VBIOS, InfoROM and
+    driver columns follow it through :func:`gpu_update`.
+    """
+    version = version.strip()
+    errors: dict[str, str] = {}
+    if (gpu is None) == (server is None):
+        errors["__all__"] = "Give either a GPU or a server."
+    if component not in FirmwareComponent.values:
+        errors["component"] = f"Unknown firmware component {component!r}."
+    if not version:
+        errors["version"] = "A version is required."
+    if errors:
+        raise ValidationError(errors)
+    device: dict[str, Any] = {"gpu": gpu} if gpu is not None else {"server": server}
+    previous = (FirmwareObservation.objects.filter(**device, component=component)
+                .order_by("-last_seen", "-id").values_list("version", flat=True).first())
+    obs, created = FirmwareObservation.objects.get_or_create(
+        **device, component=component, version=version,
+        defaults={"source": source, "first_seen": seen_at, "last_seen": seen_at})
+    moved = not created and seen_at > obs.last_seen
+    if moved:
+        FirmwareObservation.objects.filter(pk=obs.pk).update(last_seen=seen_at, source=source)
+        obs.last_seen, obs.source = seen_at, source
+    if created:
+        target = gpu if gpu is not None else server
+        assert target is not None
+        audit_write(actor=actor, action=AuditAction.UPDATE, obj=target, at=seen_at,
+                    changes={f"firmware.{component}": [previous, version]}, message=f"seen by {source}")
+    column = GPU_FIRMWARE_COLUMNS.get(component)  # type: ignore[call-overload]
+    if gpu is not None and column and getattr(gpu, column) != version and (created or moved):
+        gpu_update(gpu=gpu, actor=actor, **{column: version})
+    return obs

@@ -1,0 +1,67 @@
+"""Observed firmware from a BMC's Redfish FirmwareInventory, written through ``inventory.services`` (firmware
+never writes inventory's tables itself)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+
+from django.db import transaction
+
+from fleet.audit import Actor
+from firmware.inventory_map import components_from_inventory, gpu_slot
+from firmware.models import ComponentSpec, Release, version_key
+from firmware.services.catalog import PER_GPU
+from inventory import services as inventory_services
+from inventory.models import Gpu, Server
+
+SOURCE = "redfish"
+
+
+@dataclass
+class InventoryRecordResult:
+    recorded: list[tuple[str, str, str]] = field(default_factory=list)  # (component, device, version)
+    unmatched_gpu_items: list[str] = field(default_factory=list)  # per-GPU items with no GPU in that slot
+    disagreeing: dict[str, list[str]] = field(default_factory=dict)  # server component -> versions seen
+
+
+@transaction.atomic
+def firmware_inventory_record(*, server: Server, members: list[dict], seen_at: dt.datetime,
+                              actor: Actor | None) -> InventoryRecordResult:
+    """Record what one server's BMC reports in its FirmwareInventory (SoftwareInventory documents).
+
+    Server components are observed on the server; when several items of one component disagree (the ERoTs
+    of the BMC and of each GPU) the lowest version is recorded, so compliance never looks better than the
+    weakest item. Per-GPU items (``HGX_FW_GPU_SXM_<n>``, ``HGX_InfoROM_GPU_SXM_<n>``, ``GPU<n>``) go to the
+    server's GPU whose module id is ``n``; the VBIOS and InfoROM columns of the GPU follow.
+    """
+    specs = list(ComponentSpec.objects.exclude(inventory_pattern=""))
+    found = components_from_inventory(members, specs or None)
+    gpus = {g.module_id: g for g in Gpu.objects.filter(server=server, module_id__isnull=False)}
+    result = InventoryRecordResult()
+    by_component: dict[str, list[str]] = {}
+    for component, inventory_id, version in found:
+        if component in PER_GPU:
+            gpu = gpus.get(gpu_slot(inventory_id))
+            if gpu is None:
+                result.unmatched_gpu_items.append(inventory_id)
+                continue
+            inventory_services.firmware_observe(gpu=gpu, component=component, version=version, source=SOURCE,
+                                                seen_at=seen_at, actor=actor)
+            result.recorded.append((component, gpu.identity, version))
+        else:
+            by_component.setdefault(component, []).append(version)
+    for component, versions in sorted(by_component.items()):
+        distinct = sorted(set(versions), key=version_key)
+        if len({version_key(v) for v in distinct}) > 1:
+            result.disagreeing[component] = distinct
+        inventory_services.firmware_observe(server=server, component=component, version=distinct[0],
+                                            source=SOURCE, seen_at=seen_at, actor=actor)
+        result.recorded.append((component, server.hostname, distinct[0]))
+    return result
+
+
+def release_matches(release: Release, version: str) -> bool:
+    """``version`` (as a BMC reports it) is ``release``'s version: compared by version key, so case and
+    zero padding do not matter."""
+    return version_key(version) == release.version_key
