@@ -13,8 +13,6 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from fleet.audit import Actor, audit_write, audited_create, audited_update, diff, snapshot
-from fleet.models import AuditAction
 from firmware.inventory_map import DEFAULT_PATTERNS
 from firmware.models import (
     Activation,
@@ -29,6 +27,8 @@ from firmware.models import (
     UpdateMethod,
     WindowKind,
 )
+from fleet.audit import Actor, audit_write, audited_create, audited_update, diff, snapshot
+from fleet.models import AuditAction
 from inventory.models import FirmwareComponent as C
 from inventory.models import GpuModel, Server, ServerPlatform, Site
 

@@ -8,10 +8,10 @@ from dataclasses import dataclass, field
 
 from django.db import transaction
 
-from fleet.audit import Actor
 from firmware.inventory_map import components_from_inventory, gpu_slot
 from firmware.models import ComponentSpec, Release, version_key
 from firmware.services.catalog import PER_GPU
+from fleet.audit import Actor
 from inventory import services as inventory_services
 from inventory.models import Gpu, Server
 

@@ -7,9 +7,9 @@ import itertools
 
 from django.utils import timezone
 
-from fleet.audit import SYSTEM
 from firmware.models import Baseline, Bundle, Release
 from firmware.services import catalog
+from fleet.audit import SYSTEM
 from inventory.models import ServerPlatform
 
 _seq = itertools.count(1)

@@ -5,10 +5,10 @@ import datetime as dt
 import pytest
 from django.utils import timezone
 
-from fleet.audit import SYSTEM
 from firmware.models import ComplianceStatus, FirmwareTuple
 from firmware.services import catalog
 from firmware.services.compliance import compliance_recompute
+from fleet.audit import SYSTEM
 from inventory import services as inv
 from tests import factories
 from tests.firmware import fw_factories as fw
