@@ -330,3 +330,36 @@ def firmware_observe(*, gpu: Gpu | None = None, server: Server | None = None, co
     if gpu is not None and column and getattr(gpu, column) != version and (created or moved):
         gpu_update(gpu=gpu, actor=actor, **{column: version})
     return obs
+
+
+@transaction.atomic
+def firmware_observe_many(*, server_versions: Iterable[tuple[int, str, str]], source: str, seen_at: dt.datetime,
+                          actor: Actor | None) -> int:
+    """Record many (server id, component, version) observations at once: a fleet-wide Redfish sweep, the
+    firmware demo. Known versions only move ``last_seen``; new ones are inserted with COPY and audited (one
+    event per server). Returns how many were new."""
+    from fleet import bulk
+
+    rows = {(sid, component, version.strip()) for sid, component, version in server_versions if version.strip()}
+    if not rows:
+        return 0
+    server_ids = sorted({sid for sid, _, _ in rows})
+    components = sorted({c for _, c, _ in rows})
+    known = {(o[0], o[1], o[2]): o[3] for o in FirmwareObservation.objects.filter(
+        server_id__in=server_ids, component__in=components).values_list("server_id", "component", "version", "id")}
+    new = sorted(rows - known.keys())
+    bulk.insert_values(FirmwareObservation, ("server_id", "component", "version", "source", "first_seen", "last_seen"),
+                       [(sid, c, v, source, seen_at, seen_at) for sid, c, v in new])
+    seen_again = [known[key] for key in rows & known.keys()]
+    for start in range(0, len(seen_again), 5000):
+        FirmwareObservation.objects.filter(pk__in=seen_again[start:start + 5000],
+                                           last_seen__lt=seen_at).update(last_seen=seen_at)
+    changes: dict[int, dict[str, list[Any]]] = {}
+    for sid, component, version in new:
+        changes.setdefault(sid, {})[f"firmware.{component}"] = [None, version]
+    content_type = ContentType.objects.get_for_model(Server)
+    hostnames = dict(Server.objects.filter(pk__in=list(changes)).values_list("id", "hostname"))
+    audit_write_many(audit_event(actor=actor, action=AuditAction.UPDATE, obj=Server(pk=sid, hostname=hostnames[sid]),
+                                 content_type=content_type, changes=change, at=seen_at, message=f"seen by {source}")
+                     for sid, change in changes.items())
+    return len(new)
