@@ -3,4 +3,12 @@
 Plain data (no Django imports): the settings module reads it before apps are loaded.
 """
 
-BEAT_SCHEDULE: dict[str, dict] = {}
+import os
+
+_TICK = float(os.environ.get("FLEET_ROLLOUT_TICK_SECONDS", "5"))
+
+BEAT_SCHEDULE: dict[str, dict] = {
+    # Picks due rollout targets (SELECT ... FOR UPDATE SKIP LOCKED), evaluates wave gates, enqueues steps.
+    # A tick not started within one period is dropped: the next one does the same work.
+    "rollout-tick": {"task": "firmware.tasks.rollout_tick_task", "schedule": _TICK, "options": {"expires": _TICK}},
+}

@@ -148,6 +148,38 @@ FLEET_JOB_STALL_SECONDS = int(os.environ.get("FLEET_JOB_STALL_SECONDS", "300"))
 FLEET_AUDIT_RETENTION_DAYS = int(os.environ.get("FLEET_AUDIT_RETENTION_DAYS", "730"))
 FLEET_PAGE_SIZE = 50
 
+# --- Firmware --- (rollout engine and Redfish driver; docs/firmware.md)
+# Credentials the Redfish driver logs in to BMCs with (Basic auth), and its per-request timeout in seconds.
+FLEET_BMC_USERNAME = os.environ.get("FLEET_BMC_USERNAME", "")
+FLEET_BMC_PASSWORD = os.environ.get("FLEET_BMC_PASSWORD", "")
+FLEET_BMC_TIMEOUT = float(os.environ.get("FLEET_BMC_TIMEOUT", "5"))
+# Beat period of the rollout tick (firmware/schedule.py reads the same variable).
+FLEET_ROLLOUT_TICK_SECONDS = float(os.environ.get("FLEET_ROLLOUT_TICK_SECONDS", "5"))
+# A dispatched step not finished after this long (its worker died) is dispatched again.
+FLEET_ROLLOUT_LEASE_SECONDS = int(os.environ.get("FLEET_ROLLOUT_LEASE_SECONDS", "30"))
+# Target ids per Celery message, and targets dispatched per tick.
+FLEET_ROLLOUT_CHUNK = int(os.environ.get("FLEET_ROLLOUT_CHUNK", "100"))
+FLEET_ROLLOUT_TICK_LIMIT = int(os.environ.get("FLEET_ROLLOUT_TICK_LIMIT", "5000"))
+# Targets in flight at once per BMC class (platform name): "HGX H100 8-GPU=50,GB200 NVL72=18"; others the default.
+FLEET_ROLLOUT_DEFAULT_CONCURRENCY = int(os.environ.get("FLEET_ROLLOUT_DEFAULT_CONCURRENCY", "500"))
+FLEET_ROLLOUT_BMC_CONCURRENCY = {k.strip(): int(v) for k, _, v in (
+    item.rpartition("=") for item in env_list("FLEET_ROLLOUT_BMC_CONCURRENCY")) if k.strip()}
+# An update task still running after this long is inconclusive (the rollout pauses); activation must be
+# verified (every targeted item at the new version) within FLEET_ROLLOUT_VERIFY_SECONDS.
+FLEET_ROLLOUT_TASK_TIMEOUT_SECONDS = int(os.environ.get("FLEET_ROLLOUT_TASK_TIMEOUT_SECONDS", "1800"))
+FLEET_ROLLOUT_VERIFY_SECONDS = int(os.environ.get("FLEET_ROLLOUT_VERIFY_SECONDS", "900"))
+# A release is revoked once its firmware failures reach this count AND this share of its outcomes.
+FLEET_DEMOTE_MIN_FAILURES = int(os.environ.get("FLEET_DEMOTE_MIN_FAILURES", "3"))
+FLEET_DEMOTE_FAILURE_RATIO = float(os.environ.get("FLEET_DEMOTE_FAILURE_RATIO", "0.2"))
+# --- Telemetry --- (inventory.telemetry; docs/telemetry.md)
+FLEET_TELEMETRY_RAW_DAYS = int(os.environ.get("FLEET_TELEMETRY_RAW_DAYS", "14"))  # raw samples, daily partitions
+FLEET_TELEMETRY_5M_DAYS = int(os.environ.get("FLEET_TELEMETRY_5M_DAYS", "90"))  # 5-minute rollups
+FLEET_TELEMETRY_PARTITIONS_AHEAD = int(os.environ.get("FLEET_TELEMETRY_PARTITIONS_AHEAD", "3"))  # days
+FLEET_TELEMETRY_MAX_BYTES = int(os.environ.get("FLEET_TELEMETRY_MAX_BYTES", str(64 * 1024 * 1024)))  # one body
+FLEET_TELEMETRY_SCRAPE_TIMEOUT = float(os.environ.get("FLEET_TELEMETRY_SCRAPE_TIMEOUT", "10"))  # seconds
+FLEET_TELEMETRY_SCRAPE_CONCURRENCY = int(os.environ.get("FLEET_TELEMETRY_SCRAPE_CONCURRENCY", "16"))  # in flight
+FLEET_TELEMETRY_ROLLUP_GRACE = int(os.environ.get("FLEET_TELEMETRY_ROLLUP_GRACE", "120"))  # s of late data kept
+
 # --- REST API ------------------------------------------------------------------------------------
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
