@@ -1,0 +1,150 @@
+"""Synthetic dcgm-exporter ``/metrics`` text for benchmarks and the demo (not real data).
+
+The shape is that of ``shared/samples/dcgm-exporter/h100-8gpu-scrape.prom`` (driver 580.105.08): metrics in
+the order and with the HELP/TYPE text of dcgm-exporter's ``etc/default-counters.csv``, each metric's
+series for every GPU in turn, labels ``gpu, UUID, pci_bus_id, device, modelName, Hostname,
+DCGM_FI_DRIVER_VERSION`` and, on each host's GPU 0, the pod labels. Values vary plausibly per GPU and per
+seed: an idle-to-busy load, temperatures that follow it, a rare hot GPU, a rare XID.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+
+# (metric, type, help): dcgm-exporter etc/default-counters.csv (the uncommented rows), in its order.
+DEFAULT_COUNTERS = (
+    ("DCGM_FI_DEV_SM_CLOCK", "gauge", "SM clock frequency (in MHz)."),
+    ("DCGM_FI_DEV_MEM_CLOCK", "gauge", "Memory clock frequency (in MHz)."),
+    ("DCGM_FI_DEV_MEMORY_TEMP", "gauge", "Memory temperature (in C)."),
+    ("DCGM_FI_DEV_GPU_TEMP", "gauge", "GPU temperature (in C)."),
+    ("DCGM_FI_DEV_POWER_USAGE", "gauge", "Power draw (in W)."),
+    ("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "counter", "Total energy consumption since boot (in mJ)."),
+    ("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "counter", "Total number of PCIe retries."),
+    ("DCGM_FI_DEV_GPU_UTIL", "gauge", "GPU utilization (in %)."),
+    ("DCGM_FI_DEV_MEM_COPY_UTIL", "gauge", "Memory utilization (in %)."),
+    ("DCGM_FI_DEV_ENC_UTIL", "gauge", "Encoder utilization (in %)."),
+    ("DCGM_FI_DEV_DEC_UTIL", "gauge", "Decoder utilization (in %)."),
+    ("DCGM_FI_DEV_XID_ERRORS", "gauge", "Value of the last XID error encountered."),
+    ("DCGM_FI_DEV_FB_FREE", "gauge", "Framebuffer memory free (in MiB)."),
+    ("DCGM_FI_DEV_FB_USED", "gauge", "Framebuffer memory used (in MiB)."),
+    ("DCGM_FI_DEV_FB_RESERVED", "gauge", "Framebuffer memory reserved (in MiB)."),
+    ("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", "counter", "Total number of NVLink bandwidth counters for all lanes."),
+    ("DCGM_FI_DEV_VGPU_LICENSE_STATUS", "gauge", "vGPU License status"),
+    ("DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", "counter", "Number of remapped rows for uncorrectable errors"),
+    ("DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", "counter", "Number of remapped rows for correctable errors"),
+    ("DCGM_FI_DEV_ROW_REMAP_FAILURE", "gauge", "Whether remapping of rows has failed"),
+    ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", "gauge", "Ratio of time the graphics engine is active."),
+    ("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "gauge", "Ratio of cycles the tensor (HMMA) pipe is active."),
+    ("DCGM_FI_PROF_DRAM_ACTIVE", "gauge",
+     "Ratio of cycles the device memory interface is active sending or receiving data."),
+    ("DCGM_FI_PROF_PCIE_TX_BYTES", "gauge", "The rate of data transmitted over the PCIe bus - including both "
+     "protocol headers and data payloads - in bytes per second."),
+    ("DCGM_FI_PROF_PCIE_RX_BYTES", "gauge", "The rate of data received over the PCIe bus - including both "
+     "protocol headers and data payloads - in bytes per second."),
+)
+# Opt-in health fields (commented out in default-counters.csv), added with ``health_fields=True``.
+HEALTH_COUNTERS = (
+    ("DCGM_FI_DEV_GPU_TEMP_LIMIT", "gauge", "Thermal margin temperature (distance to nearest slowdown threshold)."),
+    ("DCGM_FI_DEV_CLOCKS_EVENT_REASONS", "gauge", "Current clock event reasons (bitmask)."),
+    ("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "counter", "Total number of single-bit volatile ECC errors."),
+    ("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "counter", "Total number of double-bit volatile ECC errors."),
+)
+XIDS = (13, 31, 43, 48, 63, 79, 94, 119)
+
+Gpu = tuple[str, str, str, str]  # (uuid, host, pci_bus_id, model_name)
+
+
+def _values(rng: random.Random, model: str) -> dict[str, str]:
+    """One GPU's values, formatted as dcgm-exporter prints them (integers, or floats with ``%f``)."""
+    load = rng.random() ** 2  # most GPUs idle-ish, some busy
+    hot = rng.random() < 0.002
+    temp = 25 + load * 50 + rng.random() * 5 + (25 if hot else 0)
+    power_max = 700.0 if "H100" in model or "H200" in model or "B200" in model else 400.0
+    power = 60 + load * (power_max - 60) * (0.9 + rng.random() * 0.1)
+    sm_clock = 1980 if load > 0.05 else 345
+    throttle = 0x1 if load < 0.05 else (0x40 if hot else (0x4 if load > 0.9 else 0))
+    fb_total = 81559
+    fb_used = int(load * fb_total)
+    xid = rng.choice(XIDS) if rng.random() < 0.001 else 0
+    return {
+        "DCGM_FI_DEV_SM_CLOCK": str(sm_clock),
+        "DCGM_FI_DEV_MEM_CLOCK": "2619",
+        "DCGM_FI_DEV_MEMORY_TEMP": str(int(temp + 3)),
+        "DCGM_FI_DEV_GPU_TEMP": str(int(temp)),
+        "DCGM_FI_DEV_POWER_USAGE": f"{power:f}",
+        "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": str(rng.randrange(10**9, 10**13)),
+        "DCGM_FI_DEV_PCIE_REPLAY_COUNTER": "0" if rng.random() < 0.99 else str(rng.randrange(1, 50)),
+        "DCGM_FI_DEV_GPU_UTIL": str(int(load * 100)),
+        "DCGM_FI_DEV_MEM_COPY_UTIL": str(int(load * 60)),
+        "DCGM_FI_DEV_ENC_UTIL": "0",
+        "DCGM_FI_DEV_DEC_UTIL": "0",
+        "DCGM_FI_DEV_XID_ERRORS": str(xid),
+        "DCGM_FI_DEV_FB_FREE": str(fb_total - fb_used - 520),
+        "DCGM_FI_DEV_FB_USED": str(fb_used),
+        "DCGM_FI_DEV_FB_RESERVED": "520",
+        "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL": str(rng.randrange(0, 10**12)),
+        "DCGM_FI_DEV_VGPU_LICENSE_STATUS": "0",
+        "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS": "0",
+        "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS": "0" if rng.random() < 0.98 else str(rng.randrange(1, 8)),
+        "DCGM_FI_DEV_ROW_REMAP_FAILURE": "0",
+        "DCGM_FI_PROF_GR_ENGINE_ACTIVE": f"{load:f}",
+        "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": f"{load * 0.6:f}",
+        "DCGM_FI_PROF_DRAM_ACTIVE": f"{load * 0.4:f}",
+        "DCGM_FI_PROF_PCIE_TX_BYTES": str(int(load * 2e9)),
+        "DCGM_FI_PROF_PCIE_RX_BYTES": str(int(load * 3e9)),
+        "DCGM_FI_DEV_GPU_TEMP_LIMIT": str(int(87 - temp)),
+        "DCGM_FI_DEV_CLOCKS_EVENT_REASONS": str(throttle),
+        "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL": "0" if rng.random() < 0.97 else str(rng.randrange(1, 100)),
+        "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL": "0",
+    }
+
+
+def _labels(gpus: list[Gpu], driver_version: str) -> list[str]:
+    """The raw ``{...}`` text per GPU; ``gpu`` is the index within its host, in the order given."""
+    index_on_host: dict[str, int] = {}
+    texts = []
+    for uuid, host, pci_bus_id, model in gpus:
+        index = index_on_host.get(host, 0)
+        index_on_host[host] = index + 1
+        pod = (',container="main",namespace="dynamo-workload",'
+               f'pod="vllm-agg-0-vllmdecodeworker-{uuid[4:9]}",pod_uid=""') if index == 0 else ""
+        texts.append(f'{{gpu="{index}",UUID="{uuid}",pci_bus_id="{pci_bus_id}",device="nvidia{index}",'
+                     f'modelName="{model}",Hostname="{host}",DCGM_FI_DRIVER_VERSION="{driver_version}"{pod}}}')
+    return texts
+
+
+def dcgm_text_for(gpus: list[Gpu], *, seed: int, driver_version: str = "580.105.08",
+                  health_fields: bool = False, hook: Callable[[int, dict[str, str]], None] | None = None) -> str:
+    """dcgm-exporter text for ``gpus`` (uuid, host, pci_bus_id, model_name), deterministic for ``seed``.
+
+    ``health_fields`` adds the opt-in T.Limit, clock-event-reason and ECC series. ``hook(i, values)`` may
+    edit GPU ``i``'s formatted values (tests: a sentinel, a NaN) before the text is written.
+    """
+    rng = random.Random(seed)
+    values = [_values(rng, gpu[3]) for gpu in gpus]
+    if hook is not None:
+        for index, gpu_values in enumerate(values):
+            hook(index, gpu_values)
+    labels = _labels(gpus, driver_version)
+    counters = DEFAULT_COUNTERS + (HEALTH_COUNTERS if health_fields else ())
+    parts: list[str] = []
+    for metric, kind, help_text in counters:
+        parts.append(f"# HELP {metric} {help_text}\n# TYPE {metric} {kind}\n")
+        parts.extend(f"{metric}{label} {gpu_values[metric]}\n" for label, gpu_values in zip(labels, values,
+                                                                                            strict=True))
+    return "".join(parts)
+
+
+def synthetic_gpus(count: int, *, seed: int, per_host: int = 8,
+                   model: str = "NVIDIA H100 80GB HBM3") -> list[Gpu]:
+    """``count`` made-up GPUs, ``per_host`` to a host (``node-00001``...), on H100 HGX bus ids."""
+    rng = random.Random(seed)
+    buses = ("18", "2A", "3A", "5D", "9A", "AB", "BA", "DB", "53", "64", "75", "86", "97", "A8", "B9", "CA")
+    gpus = []
+    for index in range(count):
+        hex_ = f"{rng.getrandbits(128):032x}"
+        uuid = f"GPU-{hex_[:8]}-{hex_[8:12]}-{hex_[12:16]}-{hex_[16:20]}-{hex_[20:]}"
+        host = f"node-{index // per_host + 1:05d}"
+        gpus.append((uuid, host, f"00000000:{buses[index % per_host % len(buses)]}:00.0", model))
+    return gpus
