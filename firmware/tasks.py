@@ -1,0 +1,34 @@
+"""Celery tasks of the firmware app: thin adapters over ``firmware.services.engine`` (docs/firmware.md)."""
+
+from celery import shared_task
+from django.db import OperationalError
+
+from fleet.audit import audit_source
+from fleet.models import AuditSource
+
+
+@shared_task(acks_late=True, ignore_result=True)
+def rollout_tick_task() -> dict:
+    """Beat, every FLEET_ROLLOUT_TICK_SECONDS: gates, admission, dispatch of due targets. Overlapping ticks
+    skip (an advisory lock); a lost tick is replaced by the next."""
+    from firmware.services.engine import rollout_tick
+
+    with audit_source(AuditSource.WORKER):
+        result = rollout_tick()
+    return {"ran": result.ran, "admitted": result.admitted, "dispatched": result.dispatched}
+
+
+@shared_task(acks_late=True, ignore_result=True, autoretry_for=(OperationalError,), retry_backoff=1, max_retries=5)
+def rollout_steps_task(steps: list[list[int]]) -> int:
+    """One step for each [target id, version] (FLEET_ROLLOUT_CHUNK per message; a stale or repeated pair does
+    nothing). Returns how many targets moved."""
+    from firmware.services.engine import target_steps
+
+    with audit_source(AuditSource.WORKER):
+        return target_steps(steps).done
+
+
+@shared_task(acks_late=True, ignore_result=True)
+def rollout_step_task(target_id: int, version: int) -> int:
+    """One step of one target at ``version`` (the single-target form of ``rollout_steps_task``)."""
+    return rollout_steps_task([[target_id, version]])
