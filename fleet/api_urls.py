@@ -3,8 +3,9 @@ they never shadow the HTML pages' names. The project package composes them; apps
 
 from firmware import api_urls as firmware_api
 from inventory import api_urls as inventory_api
+from inventory.telemetry import api_health_urls as health_api
 from inventory.telemetry import api_urls as telemetry_api
 
 app_name = "api"
 
-urlpatterns = [*inventory_api.urlpatterns, *telemetry_api.urlpatterns, *firmware_api.urlpatterns]
+urlpatterns = [*inventory_api.urlpatterns, *telemetry_api.urlpatterns, *health_api.urlpatterns, *firmware_api.urlpatterns]
