@@ -232,3 +232,6 @@ class ImportRunAdmin(ReadOnlyModelAdmin):
     list_select_related = ["created_by"]
     search_fields = ["filename"]
     exclude = ["content"]
+
+
+from inventory.telemetry import admin as telemetry_admin  # noqa: E402, F401  (registers the telemetry models)

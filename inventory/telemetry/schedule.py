@@ -3,4 +3,11 @@
 Plain data (no Django imports): the settings module reads it before apps are loaded.
 """
 
-BEAT_SCHEDULE: dict[str, dict] = {}
+BEAT_SCHEDULE: dict[str, dict] = {
+    # Claims due scrape sources and sends one message each (dcgm-exporter's default interval is 30 s).
+    "telemetry-scrape": {"task": "inventory.telemetry.tasks.telemetry_scrape_task", "schedule": 30.0},
+    # Rolls up complete 5-minute buckets (after FLEET_TELEMETRY_ROLLUP_GRACE) and hours.
+    "telemetry-rollup": {"task": "inventory.telemetry.tasks.telemetry_rollup_task", "schedule": 60.0},
+    # Creates partitions ahead, drops expired ones.
+    "telemetry-partitions": {"task": "inventory.telemetry.tasks.telemetry_partitions_task", "schedule": 3600.0},
+}

@@ -1,0 +1,279 @@
+"""Every telemetry read a page or an endpoint needs: history per tier, the fleet heatmap, ingest status.
+
+Signatures and tier rules: ``docs/telemetry.md``. The raw tables are read with SQL (they have no model).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable, Sequence
+from typing import Any, Literal
+
+from django.conf import settings
+from django.db import connection
+from django.db.models import QuerySet
+from django.utils import timezone
+
+from inventory.models import Gpu, Rack, Row, Server, Site
+from inventory.telemetry.dcgm import THROTTLE_HW_MASK
+from inventory.telemetry.models import GpuLatest, HealthFlag, IngestSource, XidEvent
+from inventory.telemetry.rollup import FIVE_MIN, floor
+
+Scope = Literal["gpu", "rack", "row", "site"]
+Resolution = Literal["auto", "raw", "5m", "1h"]
+Point = tuple[dt.datetime, float | None, float | None, float | None]
+
+METRICS = ("gpu_temp", "mem_temp", "power", "sm_clock", "tlimit", "throttle", "xid")
+HEATMAP_METRICS = ("gpu_temp", "mem_temp", "power", "sm_clock", "tlimit", "throttle", "health")
+SCOPES = ("gpu", "rack", "row", "site")
+RESOLUTIONS = ("auto", "raw", "5m", "1h")
+RAW_MAX_SPAN = dt.timedelta(hours=6)
+FIVE_MIN_MAX_SPAN = dt.timedelta(days=7)
+UNITS = {"gpu_temp": "C", "mem_temp": "C", "power": "W", "sm_clock": "MHz", "tlimit": "C", "throttle": "fraction",
+         "xid": "events", "health": "severity"}
+
+# (min, avg, max) expressions per metric: raw sample columns, per-GPU rollups, group rollups.
+_RAW = {
+    "gpu_temp": "gpu_temp_c", "mem_temp": "mem_temp_c", "power": "power_w", "sm_clock": "sm_clock_mhz",
+    "tlimit": "tlimit_c", "throttle": f"CASE WHEN (throttle_mask & {THROTTLE_HW_MASK}) <> 0 THEN 1 ELSE 0 END",
+}
+_GPU_ROLLUP = {
+    "gpu_temp": ("gpu_temp_min", "gpu_temp_avg", "gpu_temp_max"),
+    "mem_temp": ("NULL", "NULL", "mem_temp_max"),
+    "power": ("power_min", "power_avg", "power_max"),
+    "sm_clock": ("NULL", "sm_clock_avg", "NULL"),
+    "tlimit": ("tlimit_min", "NULL", "NULL"),
+    "throttle": ("NULL", "CAST(throttled_samples AS real) / NULLIF(n_samples, 0)", "NULL"),
+    "xid": ("NULL", "hw_xid_count", "NULL"),
+}
+_GROUP_ROLLUP = {
+    **_GPU_ROLLUP,
+    "throttle": ("NULL", "CAST(throttled_gpus AS real) / NULLIF(n_gpus, 0)", "NULL"),
+}
+
+
+class HistoryError(ValueError):
+    """A history query that cannot be answered (``field`` names the parameter at fault)."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+def history_tier(*, scope: Scope, start: dt.datetime, end: dt.datetime, resolution: Resolution = "auto",
+                 now: dt.datetime | None = None) -> str:
+    """The tier a history query reads: ``raw`` (one GPU, up to 6 h, within the raw retention), ``5m`` (up to
+    7 days, within the 5-minute retention) or ``1h``. An explicit resolution is taken as asked, except ``raw``
+    for a group (there is no raw group data: 5m)."""
+    if resolution != "auto":
+        return "5m" if resolution == "raw" and scope != "gpu" else resolution
+    now = now or timezone.now()
+    span = end - start
+    if scope == "gpu" and span <= RAW_MAX_SPAN and start >= now - dt.timedelta(days=settings.FLEET_TELEMETRY_RAW_DAYS):
+        return "raw"
+    if span <= FIVE_MIN_MAX_SPAN and start >= now - dt.timedelta(days=settings.FLEET_TELEMETRY_5M_DAYS):
+        return "5m"
+    return "1h"
+
+
+def _rows(sql: str, params: Sequence[Any]) -> list[tuple]:
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.fetchall()
+
+
+def _dt(value: Any) -> dt.datetime:
+    """A timestamp column as an aware datetime (SQLite returns text for the tables without a model)."""
+    if isinstance(value, str):
+        value = dt.datetime.fromisoformat(value)
+    return value if value.tzinfo else value.replace(tzinfo=dt.UTC)
+
+
+def _num(value: Any) -> float | None:
+    return None if value is None else float(value)
+
+
+def history(*, scope: Scope, scope_id: int, metric: str, start: dt.datetime, end: dt.datetime,
+            resolution: Resolution = "auto") -> list[Point]:
+    """``[(bucket start, min, avg, max), ...]`` of ``metric`` for one GPU, rack, row or site, oldest first.
+
+    Raw points are single samples (min = avg = max). Metrics with only one aggregate leave the others None:
+    ``mem_temp`` (max), ``sm_clock`` (avg), ``tlimit`` (min: the least headroom), ``throttle`` (avg: the
+    fraction of samples, or of GPUs, with a hardware throttle reason), ``xid`` (avg: hardware XID events).
+    """
+    if metric not in METRICS:
+        raise HistoryError("metric", f"unknown metric {metric!r}; one of {', '.join(METRICS)}")
+    if scope not in SCOPES:
+        raise HistoryError("scope", f"unknown scope {scope!r}; one of {', '.join(SCOPES)}")
+    if end <= start:
+        raise HistoryError("end", "end must be after start")
+    tier = history_tier(scope=scope, start=start, end=end, resolution=resolution)
+    params = [connection.ops.adapt_datetimefield_value(value) for value in (start, end)]
+    if metric == "xid" and tier == "raw":
+        tier = "5m"
+    if tier == "raw":
+        column = _RAW[metric]
+        rows = _rows(f"SELECT ts, {column} FROM telemetry_sample WHERE gpu_id = %s AND ts >= %s AND ts < %s "  # noqa: S608
+                     "ORDER BY ts", [scope_id, *params])
+        return [(_dt(ts), _num(v), _num(v), _num(v)) for ts, v in rows]
+    if scope == "gpu":
+        table = "telemetry_rollup5m" if tier == "5m" else "telemetry_rollup1h"
+        low, mid, high = _GPU_ROLLUP[metric]
+        where = "gpu_id = %s"
+    else:
+        table = "telemetry_rollupgroup5m" if tier == "5m" else "telemetry_rollupgroup1h"
+        low, mid, high = _GROUP_ROLLUP[metric]
+        where = "level = %s AND group_id = %s"
+    key = [scope_id] if scope == "gpu" else [scope, scope_id]
+    rows = _rows(f"SELECT bucket, {low}, {mid}, {high} FROM {table} WHERE {where} "  # noqa: S608
+                 "AND bucket >= %s AND bucket < %s ORDER BY bucket", [*key, *params])
+    return [(_dt(bucket), _num(a), _num(b), _num(c)) for bucket, a, b, c in rows]
+
+
+# --- heatmap ---------------------------------------------------------------------------------------------
+
+_LATEST_VALUE = {
+    "gpu_temp": "l.gpu_temp_c", "mem_temp": "l.mem_temp_c", "power": "l.power_w", "sm_clock": "l.sm_clock_mhz",
+    "tlimit": "l.tlimit_c", "throttle": f"CASE WHEN (l.throttle_mask & {THROTTLE_HW_MASK}) <> 0 THEN 1 ELSE 0 END",
+}
+_ROLLUP_VALUE = {
+    "gpu_temp": "r.gpu_temp_avg", "mem_temp": "r.mem_temp_max", "power": "r.power_avg", "sm_clock": "r.sm_clock_avg",
+    "tlimit": "r.tlimit_min", "throttle": "CASE WHEN r.throttled_samples > 0 THEN 1 ELSE 0 END",
+}
+# Open health flags as one number per GPU: 0 none, 1 watch, 2 drain, 3 rma.
+_HEALTH_VALUE = ("(SELECT max(CASE h.severity WHEN 'rma' THEN 3 WHEN 'drain' THEN 2 ELSE 1 END) "
+                 "FROM telemetry_healthflag h WHERE h.gpu_id = g.id AND h.cleared_at IS NULL)")
+_ORDER = ("st.code, rw.name, rw.id, rk.position, rk.id, sv.rack_unit, sv.hostname, sv.id, g.module_id, "
+          "g.pci_bus_id, g.id")
+_PLACED = ("FROM inventory_gpu g JOIN inventory_server sv ON sv.id = g.server_id "
+           "JOIN inventory_rack rk ON rk.id = g.rack_id JOIN inventory_row rw ON rw.id = g.row_id "
+           "JOIN inventory_site st ON st.id = g.site_id")
+
+
+def _value_sql(metric: str, at: dt.datetime | None) -> tuple[str, str, list[Any]]:
+    """(value expression, extra join, join params) for one heatmap metric."""
+    if metric not in HEATMAP_METRICS:
+        raise HistoryError("metric", f"unknown metric {metric!r}; one of {', '.join(HEATMAP_METRICS)}")
+    if metric == "health":
+        return _HEALTH_VALUE, "", []
+    if at is None:
+        return _LATEST_VALUE[metric], "LEFT JOIN telemetry_gpulatest l ON l.gpu_id = g.id", []
+    bucket = connection.ops.adapt_datetimefield_value(floor(at, FIVE_MIN))
+    return _ROLLUP_VALUE[metric], "LEFT JOIN telemetry_rollup5m r ON r.gpu_id = g.id AND r.bucket = %s", [bucket]
+
+
+def _groups(ids: list[int], starts: list[int], names: dict[int, str]) -> dict[str, list]:
+    return {"id": ids, "name": [names.get(i, "") for i in ids], "start": starts}
+
+
+def heatmap_data(*, metric: str, at: dt.datetime | None = None) -> dict[str, Any]:
+    """Every placed GPU (in a server in a rack) with one value, in site -> row -> rack -> server -> slot order.
+
+    Parallel arrays, not one object per GPU (100,000 GPUs): ``gpus`` (ids), ``values`` (ints, None where
+    unknown), ``servers`` (index into ``groups.server`` per GPU); ``groups`` holds, for each level, the ids,
+    names and the index in ``gpus`` where each group starts (groups are contiguous). Values come from the
+    latest samples, or with ``at`` from the 5-minute rollups of that bucket (the mean over the bucket).
+    """
+    value, join, params = _value_sql(metric, at)
+    rows = _rows(f"SELECT g.id, g.server_id, g.rack_id, g.row_id, g.site_id, {value} {_PLACED} {join} "  # noqa: S608
+                 f"ORDER BY {_ORDER}", params)
+    gpus, values, server_index = [], [], []
+    levels: dict[str, tuple[list[int], list[int]]] = {name: ([], []) for name in ("site", "row", "rack", "server")}
+    last = {"site": None, "row": None, "rack": None, "server": None}
+    for i, (gpu_id, server_id, rack_id, row_id, site_id, v) in enumerate(rows):
+        gpus.append(gpu_id)
+        values.append(None if v is None else round(v))
+        for name, key in (("site", site_id), ("row", row_id), ("rack", rack_id), ("server", server_id)):
+            if key != last[name]:
+                last[name] = key
+                levels[name][0].append(key)
+                levels[name][1].append(i)
+        server_index.append(len(levels["server"][0]) - 1)
+    names = {
+        "site": dict(Site.objects.filter(id__in=levels["site"][0]).values_list("id", "code")),
+        "row": dict(Row.objects.filter(id__in=levels["row"][0]).values_list("id", "name")),
+        "rack": dict(Rack.objects.filter(id__in=levels["rack"][0]).values_list("id", "name")),
+        "server": dict(Server.objects.filter(id__in=levels["server"][0]).values_list("id", "hostname")),
+    }
+    return {
+        "metric": metric, "unit": UNITS[metric], "at": floor(at, FIVE_MIN) if at else None,
+        "gpus": gpus, "values": values, "servers": server_index,
+        "groups": {name: _groups(ids, starts, names[name]) for name, (ids, starts) in levels.items()},
+    }
+
+
+FRAMES_GPU_LIMIT = 600_000  # GPUs x frames above which playback frames are per rack, not per GPU
+
+
+def heatmap_frames(*, metric: str, start: dt.datetime, end: dt.datetime, step: dt.timedelta = FIVE_MIN,
+                   level: Literal["auto", "gpu", "rack"] = "auto") -> dict[str, Any]:
+    """Playback frames: one value per GPU (or per rack, for large fleets) per ``step`` from the 5-minute rollups.
+
+    ``ids`` are in heatmap order (the same GPU order as :func:`heatmap_data`, or its rack order); ``values[f][i]``
+    is frame ``f``'s value of ``ids[i]`` (None where unknown); ``times[f]`` is frame ``f``'s bucket.
+    """
+    if metric not in _ROLLUP_VALUE:
+        raise HistoryError("metric", f"unknown metric {metric!r}; one of {', '.join(_ROLLUP_VALUE)}")
+    start, end = floor(start, FIVE_MIN), floor(end, FIVE_MIN)
+    step = max(step, FIVE_MIN)
+    times = []
+    t = start
+    while t < end:
+        times.append(t)
+        t += step
+    order = _rows(f"SELECT g.id, g.rack_id {_PLACED} ORDER BY {_ORDER}", [])  # noqa: S608
+    if level == "auto":
+        level = "gpu" if len(order) * len(times) <= FRAMES_GPU_LIMIT else "rack"
+    if level == "gpu":
+        ids = [gpu_id for gpu_id, _ in order]
+        table, key, where = "telemetry_rollup5m r", "r.gpu_id", ""
+        value = _ROLLUP_VALUE[metric]
+    else:
+        ids = list(dict.fromkeys(rack_id for _, rack_id in order))
+        table, key, where = "telemetry_rollupgroup5m r", "r.group_id", "r.level = 'rack' AND "
+        value = {**_ROLLUP_VALUE, "throttle": "r.throttled_gpus"}[metric]  # same column names per rack
+    position = {value_id: i for i, value_id in enumerate(ids)}
+    frame_of = {t: f for f, t in enumerate(times)}
+    values: list[list[int | None]] = [[None] * len(ids) for _ in times]
+    params = [connection.ops.adapt_datetimefield_value(value) for value in (start, end)]
+    for bucket, key_id, v in _rows(f"SELECT r.bucket, {key}, {value} FROM {table} "  # noqa: S608
+                                   f"WHERE {where}r.bucket >= %s AND r.bucket < %s", params):
+        frame = frame_of.get(_dt(bucket))
+        i = position.get(key_id)
+        if frame is not None and i is not None and v is not None:
+            values[frame][i] = round(v)
+    return {"metric": metric, "unit": UNITS[metric], "level": level, "step_s": int(step.total_seconds()),
+            "times": times, "ids": ids, "values": values}
+
+
+# --- status, latest, events ------------------------------------------------------------------------------------
+
+def ingest_sources() -> QuerySet[IngestSource]:
+    return IngestSource.objects.order_by("name", "id")
+
+
+def latest_for(gpu_ids: Iterable[int]) -> dict[int, GpuLatest]:
+    """The latest sample of each GPU (for "current" columns on list pages): one query."""
+    return {latest.gpu_id: latest for latest in GpuLatest.objects.filter(gpu_id__in=list(gpu_ids))}
+
+
+def xid_events(*, gpu_id: int | None = None, hardware: bool | None = None) -> QuerySet[XidEvent]:
+    queryset = XidEvent.objects.select_related("gpu", "ingest_source")
+    if gpu_id is not None:
+        queryset = queryset.filter(gpu_id=gpu_id)
+    if hardware is not None:
+        queryset = queryset.filter(hardware=hardware)
+    return queryset.order_by("-at", "-id")
+
+
+def open_health_flags() -> QuerySet[HealthFlag]:
+    return HealthFlag.objects.filter(cleared_at__isnull=True).select_related("gpu").order_by("-raised_at", "-id")
+
+
+def gpus_with_identity(gpu_ids: Iterable[int] | None = None) -> list[tuple[str, str, str, str]]:
+    """(uuid, hostname, PCI bus id, model name) of placed GPUs with a UUID: what the exporter simulator serves."""
+    queryset = Gpu.objects.filter(server__isnull=False, uuid__isnull=False)
+    if gpu_ids is not None:
+        queryset = queryset.filter(id__in=list(gpu_ids))
+    return list(queryset.order_by("server__hostname", "pci_bus_id")
+                .values_list("uuid", "server__hostname", "pci_bus_id", "model__name"))
