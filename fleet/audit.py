@@ -17,6 +17,7 @@ from typing import Any
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.contrib.contenttypes.models import ContentType
 from django.db import models
+from django.db.models.fields.files import FieldFile
 from django.utils import timezone
 
 from fleet.models import AuditAction, AuditEvent, AuditSource
@@ -67,8 +68,10 @@ def actor_fields(actor: Actor | None) -> dict[str, Any]:
 
 
 def _jsonable(value: Any) -> Any:
-    if isinstance(value, dt.datetime | dt.date):
+    if isinstance(value, dt.datetime | dt.date | dt.time):
         return value.isoformat()
+    if isinstance(value, FieldFile):
+        return value.name or ""
     if isinstance(value, decimal.Decimal):
         return str(value)
     if isinstance(value, models.Model):

@@ -127,6 +127,9 @@ STATIC_URL = "/static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = VAR_DIR / "staticfiles"
 STATIC_ROOT.mkdir(exist_ok=True)
+# Uploaded files (firmware images): under var/ unless given.
+MEDIA_URL = "/media/"
+MEDIA_ROOT = Path(os.environ.get("FLEET_MEDIA_ROOT", VAR_DIR / "media"))
 WHITENOISE_USE_FINDERS = True
 WHITENOISE_AUTOREFRESH = DEBUG
 
