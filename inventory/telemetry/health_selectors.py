@@ -49,3 +49,4 @@ def open_flag_counts(*, gpu_ids: list[int] | None = None, rack_id: int | None = 
         qs = qs.filter(gpu__row_id=row_id)
     rows = qs.values("severity").annotate(n=Count("id")).order_by()
     return {row["severity"]: row["n"] for row in rows}
+

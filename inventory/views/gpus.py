@@ -37,6 +37,8 @@ from inventory.forms import BulkTransitionForm, GpuTransitionForm
 from inventory.importers import gpu_csv_rows
 from inventory.lifecycle import allowed_targets
 from inventory.models import Gpu, GpuState
+from inventory.telemetry import charts
+from inventory.telemetry.health_selectors import gpu_open_flags
 
 GPU_SORTS = {"id": "Oldest first", "-id": "Newest first", "serial": "Serial", "state": "State"}
 
@@ -154,6 +156,9 @@ def _gpu_page(request: HtmxHttpRequest, gpu: Gpu, form: GpuTransitionForm | None
         "firmware": selectors.gpu_firmware(gpu),
         "audit": audit_rows(fleet_selectors.audit_for(gpu)[:50]),
         "audit_query": audit_query_for(gpu),
+        "chart": charts.gpu_chart(gpu),
+        "health_flags": gpu_open_flags(gpu.pk),
+        "health_query": f"gpu={gpu.pk}",
     }
     return render(request, "inventory/gpu_detail.html", context)
 

@@ -25,6 +25,8 @@ from fleet.views import (
 from inventory import selectors
 from inventory.filters import ServerFilter
 from inventory.models import GpuState, Rack, Row, Server, Site
+from inventory.telemetry import charts
+from inventory.telemetry.health_selectors import open_flag_counts
 
 ATTENTION_SHOWN = 10
 
@@ -81,9 +83,12 @@ def server_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
         server = selectors.server_detail(pk)
     except Server.DoesNotExist:
         raise Http404("No such server.") from None
+    gpus = list(selectors.server_gpus(server))
     context = {
         "server": server,
-        "gpus": selectors.server_gpus(server),
+        "gpus": gpus,
+        "chart": charts.server_chart(server, gpus),
+        "flag_counts": open_flag_counts(gpu_ids=[gpu.pk for gpu in gpus]),
         "audit": audit_rows(fleet_selectors.audit_for(server)[:50]),
         "audit_query": audit_query_for(server),
     }
@@ -141,6 +146,8 @@ def rack_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
         "elevation": rack_elevation(rack, servers),
         "gpu_total": sum(s.gpu_count for s in servers),
         "power_feeds": rack.power_feeds.order_by("name"),
+        "chart": charts.group_chart("rack", rack.pk, f"Rack {rack.name}"),
+        "flag_counts": open_flag_counts(rack_id=rack.pk),
     }
     return render(request, "inventory/rack_detail.html", context)
 
@@ -151,7 +158,13 @@ def row_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
         row = selectors.row_detail(pk)
     except Row.DoesNotExist:
         raise Http404("No such row.") from None
-    return render(request, "inventory/row_detail.html", {"row": row, "racks": selectors.row_racks(row)})
+    context = {
+        "row": row,
+        "racks": selectors.row_racks(row),
+        "chart": charts.group_chart("row", row.pk, f"Row {row.name}"),
+        "flag_counts": open_flag_counts(row_id=row.pk),
+    }
+    return render(request, "inventory/row_detail.html", context)
 
 
 @viewer_required
