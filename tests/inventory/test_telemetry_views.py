@@ -18,7 +18,6 @@ from inventory.telemetry.health import health_evaluate
 from inventory.telemetry.models import HealthFlag
 from tests import factories
 from tests.inventory.test_health import sample, write, xids
-from tests.inventory.test_views import as_role  # noqa: F401 - a fixture
 
 pytestmark = pytest.mark.django_db
 
@@ -43,6 +42,16 @@ def flagged(db):
     write([sample(gpus[3], NOW - dt.timedelta(minutes=1), remap_failure=True, remap_unc=8)])
     health_evaluate(now=NOW)
     return {"rack": rack, "server": server, "gpus": gpus}
+
+
+@pytest.fixture
+def as_role(client, make_user):
+    """``as_role("operator")``: log the test client in as a new user with that role."""
+    def login(role):
+        client.force_login(user := make_user(role, username=f"tlm-{role}"))
+        return user
+
+    return login
 
 
 def _ids(response) -> list[int]:
