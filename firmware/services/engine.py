@@ -111,11 +111,17 @@ def _chunks(pairs: Sequence[tuple[int, int]]) -> list[list[tuple[int, int]]]:
 
 
 def send_steps(chunks: Iterable[list[tuple[int, int]]]) -> None:
+    """Publish step chunks. A broker that is down loses nothing: the targets are leased, and the tick sends
+    them again when the lease runs out."""
     from firmware.tasks import rollout_steps_task
 
     for chunk in chunks:
         if chunk:
-            rollout_steps_task.delay([[t, v] for t, v in chunk])
+            try:
+                rollout_steps_task.delay([[t, v] for t, v in chunk])
+            except Exception:  # noqa: BLE001 - kombu raises many kinds when the broker is away
+                logger.warning("rollout: could not publish %d steps; the lease brings them back", len(chunk),
+                               exc_info=True)
 
 
 def _judge_wave(rollout: Rollout, now: dt.datetime) -> str:
