@@ -288,6 +288,7 @@ def _live_context(request: HtmxHttpRequest, rollout: Rollout,
                                   and request.user.pk == rollout.created_by_id and has_role(request.user, APPROVER)),
         "live": rollout.state in selectors.LIVE_STATES,
         "audit": audit_rows(fleet_selectors.audit_for(rollout)[:50]),
+        "audit_query": audit_query_for(rollout),
         "notices": notices or [],
     }
 
@@ -301,7 +302,6 @@ def rollout_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
         "strategy": _strategy_summary(rollout),
         "selector": _selector_summary(rollout.selector),
         "children": selectors.rollout_children(rollout),
-        "audit_query": audit_query_for(rollout),
     }
     return render_page(request, "firmware/rollout_detail.html", "rollout-live", context)
 

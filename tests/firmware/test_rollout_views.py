@@ -137,6 +137,7 @@ def test_live_partial_polls_while_running_and_stops_when_done(fleet, users, clie
     client = client_for("viewer")
     live = client.get(reverse("rollout-progress", args=[rollout.pk]), **HTMX).content.decode()
     assert 'hx-trigger="every 2s"' in live and "0 of 6 targets" in text(live)
+    assert '<section class="panel flush" id="timeline" hx-swap-oob="true">' in live  # the timeline follows
     RolloutTarget.objects.filter(rollout=rollout).update(state=TargetState.SUCCEEDED)
     rollout.refresh_from_db()
     svc.rollout_engine_complete(rollout=rollout)
