@@ -45,6 +45,11 @@ _COMMENT = re.compile(r"#[ \t]+(HELP|TYPE)(?:[ \t]+(\S*))?(?:[ \t]+(.*?))?[ \t]*
 _ESCAPE = re.compile(r"\\(.)")
 _UNESCAPE = {"\\": "\\", '"': '"', "n": "\n"}
 _SKIP: Any = object()  # a valid metric name the caller does not want
+# Every scrape repeats the same metric names and HELP/TYPE lines: remember the valid ones (bounded), so a
+# small body (one host) does not pay the strict parser for them each time.
+_REMEMBERED = 2048
+_good_names: set[str] = set()
+_good_comments: set[str] = set()
 _BIG = 1e16
 
 
@@ -199,6 +204,8 @@ def _iter(text: str, key_for: Callable[[str, dict[str, str]], Any],
             for line in lines:
                 name, brace, rest = line.partition("{")
                 tag = tags_get(name) if brace else None
+                if tag is None and brace and name in _good_names:  # validated in an earlier body
+                    tag = tags[name] = name if wanted is None else wanted.get(name, _SKIP)
                 if tag is not None:
                     raw, _, tail = rest.partition("}")
                     key = keys_get(raw)
@@ -218,8 +225,12 @@ def _iter(text: str, key_for: Callable[[str, dict[str, str]], Any],
                             if tag is not _SKIP:
                                 yield tag, key, value, None
                             continue
+                if line in _good_comments:  # the same HELP and TYPE lines head every scrape
+                    continue
                 parsed = _careful_line(line)
                 if parsed is None:
+                    if line[:1] == "#" and len(_good_comments) < _REMEMBERED:
+                        _good_comments.add(line)
                     continue
                 name, raw, labels, value, ts, plain = parsed
                 tag = tags.get(name)
@@ -227,6 +238,8 @@ def _iter(text: str, key_for: Callable[[str, dict[str, str]], Any],
                     tag = name if wanted is None else wanted.get(name, _SKIP)
                     if plain:
                         tags[name] = tag
+                        if len(_good_names) < _REMEMBERED:
+                            _good_names.add(name)
                 key = keys_get(raw)
                 if key is None:
                     key = keys[raw] = key_for(raw, labels or {})
