@@ -2,7 +2,6 @@
 
 import datetime as dt
 import json
-from pathlib import Path
 
 import pytest
 from django.core.exceptions import ValidationError
@@ -15,9 +14,9 @@ from fleet.audit import SYSTEM
 from inventory.models import FirmwareObservation
 from tests import factories
 from tests.firmware import fw_factories as fw
+from tests.samples import SAMPLES
 
-HAPPY = Path("/work/shared/samples/redfish/lambdalabs/firmware_inventory_happypath/redfish/v1/UpdateService/"
-             "FirmwareInventory")
+HAPPY = SAMPLES / "redfish/lambdalabs/firmware_inventory_happypath/redfish/v1/UpdateService/FirmwareInventory"
 
 
 @pytest.mark.parametrize("versions", [

@@ -6,8 +6,9 @@ from pathlib import Path
 import pytest
 
 from firmware.inventory_map import components_from_inventory, gpu_slot
+from tests.samples import SAMPLES as FIXTURES
 
-SAMPLES = Path("/work/shared/samples/redfish")
+SAMPLES = FIXTURES / "redfish"
 HAPPY = SAMPLES / "lambdalabs/firmware_inventory_happypath/redfish/v1/UpdateService/FirmwareInventory"
 
 

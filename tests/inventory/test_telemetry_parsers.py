@@ -4,9 +4,7 @@ text format's edge cases (cross-checked with prometheus_client), DCGM sentinels 
 from __future__ import annotations
 
 import math
-import os
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -21,18 +19,14 @@ from inventory.telemetry.dcgm import (
 from inventory.telemetry.kernel import parse_kernel_log
 from inventory.telemetry.parse import parse_telemetry
 from inventory.telemetry.sample import TelemetryParseError
+from tests.samples import SAMPLES
 
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
-# dcgm-exporter and kernel-log samples are read from shared/samples (see its SOURCES.md for attribution).
-SAMPLES = Path(os.environ.get("FLEET_SAMPLES", Path(__file__).resolve().parents[3] / "shared" / "samples"))
+FIXTURES = SAMPLES
 NOW = datetime(2026, 7, 14, 12, 0, tzinfo=UTC)
 
 
 def shared_sample(relative: str) -> str:
-    path = SAMPLES / relative
-    if not path.exists():
-        pytest.skip(f"{path} not found (set FLEET_SAMPLES to the shared samples folder)")
-    return path.read_text()
+    return (SAMPLES / relative).read_text()
 
 
 def parse_xml(name: str):
