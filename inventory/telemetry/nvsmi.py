@@ -21,7 +21,7 @@ from lxml import etree
 from inventory.identity import normalize_pci_bus_id, normalize_uuid
 from inventory.importers.base import RecordError, clean, parse_int
 from inventory.importers.nvsmi_csv import header_field
-from inventory.importers.nvsmi_xml import _LEAN, HARDENED, ROOT_TAG, _refuse_dtd
+from inventory.importers.nvsmi_xml import HARDENED, LEAN, ROOT_TAG, refuse_dtd
 from inventory.telemetry.sample import (
     COUNTER_MAX,
     MASK_MAX,
@@ -168,10 +168,10 @@ def _xml_sample(gpu: etree._Element, host: str | None, rejected: collections.Cou
 
 def parse_nvsmi_xml(content: bytes, *, host: str | None, filename: str) -> ParsedBatch:
     """One sample per ``<gpu>`` of ``nvidia-smi -q -x`` output; raise TelemetryParseError for a bad document."""
-    if refused := _refuse_dtd(content, filename):
+    if refused := refuse_dtd(content, filename):
         raise TelemetryParseError(refused.message, reason="unsafe_xml", line_no=refused.line)
     try:
-        root = etree.fromstring(content, etree.XMLParser(**HARDENED, **_LEAN))
+        root = etree.fromstring(content, etree.XMLParser(**HARDENED, **LEAN))
     except etree.XMLSyntaxError as exc:
         raise TelemetryParseError(f"not well-formed XML: {exc.msg}", line_no=exc.lineno or None) from None
     if root.tag != ROOT_TAG:
