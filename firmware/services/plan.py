@@ -117,8 +117,8 @@ class Strategy:
         return {
             "canary": self.canary, "waves": list(self.waves), "domain_caps": dict(self.domain_caps),
             "max_unavailable": {"per_site": self.max_unavailable_per_site, "per_pool": self.max_unavailable_per_pool},
-            "soak_seconds": self.soak_seconds, "success_threshold": self.success_threshold,
-            "max_failures": self.max_failures, "max_failure_ratio": self.max_failure_ratio,
+            "soak_seconds": self.soak_seconds, "success_threshold": float(self.success_threshold),
+            "max_failures": self.max_failures, "max_failure_ratio": float(self.max_failure_ratio),
             "min_sample": self.min_sample, "on_failure": self.on_failure, "require_window": self.require_window,
             "window_ids": list(self.window_ids),
             "retry": {"max_attempts": self.retry_max_attempts, "backoff_seconds": list(self.retry_backoff_seconds)},

@@ -180,6 +180,37 @@ def rollout_plan(*, rollout: Rollout, actor: Actor | None) -> Rollout:
                        plan_hash=plan.plan_hash, plan_summary=plan.summary(), current_wave=0)
 
 
+@transaction.atomic
+def rollout_update(*, rollout: Rollout, actor: Actor, name: str | None = None,
+                   selector: dict[str, Any] | None = None, strategy: dict[str, Any] | None = None) -> Rollout:
+    """Change a draft or planned rollout's name, selector or strategy; a changed selector or strategy re-plans."""
+    rollout = Rollout.objects.select_for_update().get(pk=rollout.pk)
+    if rollout.state not in (RolloutState.DRAFT, RolloutState.PLANNED):
+        raise RolloutStateError(f"A rollout that is {rollout.get_state_display().lower()} cannot be edited.",
+                                code="illegal_transition")
+    changes: dict[str, list[Any]] = {}
+    if name is not None and name.strip() != rollout.name:
+        changes["name"] = [rollout.name, name.strip()]
+        rollout.name = name.strip()
+    if selector is not None and selector != rollout.selector:
+        selector_filter(selector)
+        changes["selector"] = [rollout.selector, selector]
+        rollout.selector = selector
+    if strategy is not None:
+        parsed = strategy_parse(strategy).as_json()
+        if parsed != rollout.strategy:
+            changes["strategy"] = [rollout.strategy, parsed]
+            rollout.strategy = parsed
+    if not changes:
+        return rollout
+    rollout.version += 1
+    rollout.save(update_fields=["name", "selector", "strategy", "version"])
+    audit_write(actor=actor, action=AuditAction.UPDATE, obj=rollout, changes=changes)
+    if {"selector", "strategy"} & set(changes):
+        rollout = rollout_plan(rollout=rollout, actor=actor)
+    return rollout
+
+
 # --- approval and the operator's actions ----------------------------------------------------------------------
 
 @transaction.atomic
