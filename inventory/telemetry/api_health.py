@@ -26,14 +26,15 @@ STATUS_CHOICES = [("open", "Open"), ("cleared", "Cleared"), ("all", "Open and cl
 class HealthFlagFilter(django_filters.FilterSet):
     """One FilterSet for the API and the flagged-GPU page. Without ``status``, open flags only."""
 
-    kind = django_filters.ChoiceFilter(choices=HealthKind.choices)
-    severity = django_filters.ChoiceFilter(choices=HealthSeverity.choices)
+    kind = django_filters.ChoiceFilter(choices=HealthKind.choices, empty_label="Any kind")
+    severity = django_filters.ChoiceFilter(choices=HealthSeverity.choices, empty_label="Any severity")
     site = django_filters.ModelChoiceFilter(field_name="gpu__site", queryset=Site.objects.order_by("code"),
                                             to_field_name="code", label="Site code")
     model = django_filters.ModelChoiceFilter(field_name="gpu__model", queryset=GpuModel.objects.order_by("name"),
                                              label="GPU model id")
     gpu = django_filters.NumberFilter(field_name="gpu_id", label="GPU id")
-    status = django_filters.ChoiceFilter(choices=STATUS_CHOICES, method="filter_status", label="Status")
+    status = django_filters.ChoiceFilter(choices=STATUS_CHOICES, method="filter_status", label="Status",
+                                         empty_label="Open (default)")
 
     class Meta:
         model = HealthFlag

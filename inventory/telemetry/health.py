@@ -328,7 +328,7 @@ def evidence_text(kind: str, evidence: dict[str, Any]) -> str:
     if kind == K.ERROR_RATE:
         return (f"{e.get('events')} hardware error events in {e.get('hours')} GPU-hours "
                 f"({_num(e.get('rate_per_1000h'), 2)} per 1000 h) vs {_num(e.get('peer_rate_per_1000h'), 3)} per 1000 h "
-                f"for {e.get('peers')} {e.get('model', '')} peers (expected {_num(e.get('expected'), 2)}, "
+                f"for {e.get('peers')} {e.get('model', '')} peers (expected {e.get('expected', 0):.2g}, "
                 f"p = {e.get('p_value')}).")
     if kind == K.THERMAL_OUTLIER:
         low, high = (e.get("peer_power_w") or [None, None])[:2]

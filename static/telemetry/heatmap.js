@@ -19,6 +19,11 @@
   var timeEl = document.getElementById("hm-time");
 
   var stats = (window.__heatmapStats = { cells: 0, drawn: 0 });
+  // For tests and debugging: the centre of a GPU's cell in canvas pixels.
+  stats.cellOf = function (gpuId) {
+    var i = fleet && fleet.index.get(gpuId);
+    return i == null ? null : { x: layout.x[i] + layout.cell / 2, y: layout.y[i] + layout.cell / 2 };
+  };
   var metric = config.dataset.metric;
   var fleet = null; // normalised data (see normalize)
   var layout = null;

@@ -1,0 +1,76 @@
+"""The fleet heatmap in real Chromium: the canvas draws a cell per GPU, hovering names the GPU, clicking a cell
+opens its side panel with uPlot charts, and the GPU link leads to the GPU page. Screenshots in /tmp/fleet-shots/."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+
+import pytest
+from django.utils import timezone
+
+from inventory.telemetry.rollup import FIVE_MIN, floor
+from tests import factories
+from tests.browser.test_gpu_flow import CHROMIUM, browser, login, page, shot  # noqa: F401 - fixtures
+from tests.inventory.test_health import hours_of, sample, write
+
+os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"  # Playwright's sync API runs an event loop in this thread
+
+playwright = pytest.importorskip("playwright.sync_api")
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium (make chromium)"),
+]
+
+
+@pytest.fixture
+def hot_fleet(transactional_db):
+    """Two racks of 2 servers x 8 GPUs with 3 hours of history; one GPU runs 20 C hotter."""
+    site = factories.site("hm1")
+    racks = [factories.rack(site, name=f"hm1-r{n:02d}") for n in (1, 2)]
+    gpus = [factories.gpu(server) for rack in racks
+            for server in (factories.server(rack, hostname=f"{rack.name}-n{u}", rack_unit=2 + 8 * u) for u in range(2))
+            for _ in range(8)]
+    hot = gpus[5]
+    end = floor(timezone.now(), FIVE_MIN)
+    hours_of(gpus, hours=3, end=end, temp={hot: 80}, power={gpu: 350.0 + i for i, gpu in enumerate(gpus)})
+    write([sample(gpu, end + dt.timedelta(seconds=30), temp=80 if gpu == hot else 55 + i % 10, power=400.0)
+           for i, gpu in enumerate(gpus)])
+    return {"gpus": gpus, "hot": hot}
+
+
+def test_heatmap_draws_every_gpu_and_drills_down_to_a_gpu_chart(live_server, page, hot_fleet, make_user):  # noqa: F811
+    expect = playwright.expect
+    viewer = make_user("viewer", username="hm-viewer")
+    login(page, live_server.url, viewer.username, "/telemetry/heatmap/")
+    page.wait_for_selector("#hm-canvas[data-ready='1']")
+    stats = page.evaluate("({cells: window.__heatmapStats.cells, drawMs: window.__heatmapStats.drawMs})")
+    assert stats["cells"] == 32
+    # The canvas has coloured (non-white) pixels: a cell per GPU was drawn.
+    coloured = page.evaluate("""() => { const c = document.getElementById('hm-canvas');
+        const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data; let n = 0;
+        for (let i = 0; i < d.length; i += 4) if (d[i] !== 255 || d[i + 1] !== 255 || d[i + 2] !== 255) n++;
+        return n; }""")
+    assert coloured >= 32 * 4
+    expect(page.locator("#hm-legend")).to_contain_text("°C")
+    shot(page, "20-heatmap")
+
+    hot = hot_fleet["hot"]
+    cell = page.evaluate(f"window.__heatmapStats.cellOf({hot.pk})")
+    canvas = page.locator("#hm-canvas")
+    canvas.hover(position=cell)
+    expect(page.locator("#hm-tooltip")).to_contain_text(f"GPU #{hot.pk}")
+    expect(page.locator("#hm-tooltip")).to_contain_text("80 °C")
+    canvas.click(position=cell)
+    panel = page.locator(f"#side-panel[data-gpu='{hot.pk}']")
+    expect(panel).to_be_visible()
+    chart = panel.locator("[data-chart]")
+    expect(chart).to_have_attribute("data-drawn", "1")
+    expect(chart.locator(".chart-box[data-panel='temp'] canvas")).to_have_count(1)
+    shot(page, "21-heatmap-gpu-panel")
+
+    panel.locator("#side-gpu-link").click()
+    page.wait_for_url(f"**/gpus/{hot.pk}/")
+    expect(page.locator("[data-chart][data-scope='gpu'] .chart-box[data-panel='temp'] canvas")).to_have_count(1)
+    shot(page, "22-gpu-page-chart")
