@@ -33,7 +33,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
-from django.db.models import Count, F
+from django.db.models import Count, F, Q
 from django.utils import timezone
 
 from firmware.inventory_map import components_from_inventory
@@ -47,6 +47,7 @@ from firmware.models import (
     RolloutWave,
     TargetState,
     TargetStep,
+    UpdateMethod,
     WaveState,
     version_key,
 )
@@ -87,10 +88,11 @@ def rollout_tick(*, now: dt.datetime | None = None, limit: int | None = None) ->
     the first one running returns ``ran=False``."""
     result = TickResult()
     with transaction.atomic():
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_try_advisory_xact_lock(%s)", [TICK_LOCK])
-            if not cursor.fetchone()[0]:
-                return TickResult(ran=False)
+        if _pg():  # (SQLite, the embedded default, serialises writers anyway)
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_try_advisory_xact_lock(%s)", [TICK_LOCK])
+                if not cursor.fetchone()[0]:
+                    return TickResult(ran=False)
         now = now or timezone.now()
         for rollout in Rollout.objects.filter(state=RolloutState.RUNNING).select_related("bundle").order_by("id"):
             verdict = _judge_wave(rollout, now)
@@ -198,26 +200,20 @@ def _admit(now: dt.datetime) -> int:
 
 def _due(now: dt.datetime, limit: int) -> list[tuple[int, int]]:
     """Lease and return (id, version) of due targets: in flight, of a running rollout (or past activation,
-    which always finishes), ``next_run_at <= now``."""
+    which always finishes), ``next_run_at <= now``. ``FOR UPDATE SKIP LOCKED``: a row a step is writing right
+    now is left for the next tick."""
     lease = now + dt.timedelta(seconds=settings.FLEET_ROLLOUT_LEASE_SECONDS)
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"""
-            WITH due AS (
-                SELECT t.id FROM {RolloutTarget._meta.db_table} t
-                JOIN {Rollout._meta.db_table} r ON r.id = t.rollout_id
-                WHERE t.state = ANY(%s) AND t.next_run_at <= %s
-                  AND (r.state = %s OR t.state = ANY(%s))
-                ORDER BY t.next_run_at, t.id
-                LIMIT %s
-                FOR UPDATE OF t SKIP LOCKED
-            )
-            UPDATE {RolloutTarget._meta.db_table} t SET next_run_at = %s
-            FROM due WHERE t.id = due.id
-            RETURNING t.id, t.version
-            """,
-            [list(TARGET_IN_FLIGHT), now, RolloutState.RUNNING, list(TARGET_PAST_NO_RETURN), limit, lease])
-        return sorted(cursor.fetchall())
+    rows = list(RolloutTarget.objects.select_for_update(skip_locked=True, of=("self",))
+                .filter(Q(rollout__state=RolloutState.RUNNING) | Q(state__in=TARGET_PAST_NO_RETURN),
+                        state__in=TARGET_IN_FLIGHT, next_run_at__lte=now)
+                .order_by("next_run_at", "id").values_list("id", "version")[:limit])
+    if rows:
+        RolloutTarget.objects.filter(id__in=[r[0] for r in rows]).update(next_run_at=lease)
+    return sorted(rows)
+
+
+def _pg() -> bool:
+    return connection.vendor == "postgresql"
 
 
 # --- steps -------------------------------------------------------------------------------------------------------
@@ -306,6 +302,8 @@ def _lock_servers(server_ids: list[int]) -> set[int]:
     with a killed worker). Returns the ids locked."""
     if not server_ids:
         return set()
+    if not _pg():  # SQLite (the embedded default): one worker process drives every BMC
+        return set(server_ids)
     with connection.cursor() as cursor:
         cursor.execute("SELECT s, pg_try_advisory_lock(%s, s) FROM unnest(%s::int[]) AS s",
                        [SERVER_LOCK_NS, list(set(server_ids))])
@@ -313,7 +311,7 @@ def _lock_servers(server_ids: list[int]) -> set[int]:
 
 
 def _unlock_servers(server_ids: set[int]) -> None:
-    if server_ids:
+    if server_ids and _pg():
         with connection.cursor() as cursor:
             cursor.execute("SELECT pg_advisory_unlock(%s, s) FROM unnest(%s::int[]) AS s",
                            [SERVER_LOCK_NS, list(server_ids)])
@@ -434,9 +432,15 @@ def _precheck(target: RolloutTarget, ctx: _Context) -> Outcome:
                             f"version {release} upgrades from ({release.min_from_version})")
             continue
         spec = ctx.specs.get(item.component)
+        method = spec.update_method if spec else UpdateMethod.SIMPLE_UPDATE
+        if method == UpdateMethod.INBAND:
+            problems.append(f"{item.component} is updated in-band; the Redfish driver cannot do it")
+            continue
+        if method == UpdateMethod.MULTIPART_PUSH and not release.image_file:
+            method = UpdateMethod.SIMPLE_UPDATE  # only a URL: the BMC pulls the image (SimpleUpdate ImageURI)
         work.append({"release": release.pk, "component": item.component, "version": release.version,
                      "image": release.image_url or (release.image_file.url if release.image_file else ""),
-                     "method": spec.update_method if spec else "simple_update",
+                     "method": method,
                      "activation": spec.activation if spec else "none", "targets": stale, "verify": inv})
     if problems:
         return _fail(target, ErrorClass.FIRMWARE, "precheck: " + "; ".join(problems), [], before=before)
@@ -488,26 +492,14 @@ def _task_result(target: RolloutTarget, step: TargetStep, task: Any, work: list[
 
 
 def _image_bytes(item: dict[str, Any]) -> bytes | None:
-    if item["method"] != "multipart_push":
+    """The uploaded image of a multipart push (a release with only a URL is pulled by the BMC instead)."""
+    if item["method"] != UpdateMethod.MULTIPART_PUSH:
         return None
     from firmware.models import Release
 
     release = Release.objects.get(pk=item["release"])
-    if release.image_file:
-        with release.image_file.open("rb") as handle:
-            return handle.read()
-    import hashlib
-
-    import requests
-
-    try:
-        response = requests.get(release.image_url, timeout=60)
-        response.raise_for_status()
-    except requests.RequestException as exc:
-        raise BmcError(f"image download {release.image_url}: {exc}") from exc
-    if hashlib.sha256(response.content).hexdigest() != release.sha256.lower():
-        raise BmcError(f"image {release.image_url}: SHA-256 mismatch", error_class=ErrorClass.FIRMWARE)
-    return response.content
+    with release.image_file.open("rb") as handle:
+        return handle.read()
 
 
 def _staging(target: RolloutTarget, ctx: _Context) -> Outcome:
@@ -586,8 +578,9 @@ def _draining(target: RolloutTarget, ctx: _Context) -> Outcome:
         return _later(target, min(wait, 60), last_error=f"waiting: {verdict.reason}")
     with transaction.atomic():
         busy = RolloutTarget.objects.filter(state__in=TARGET_PAST_NO_RETURN).exclude(pk=target.pk)
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [SITE_LOCK_NS, target.site_id or 0])
+        if _pg():
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [SITE_LOCK_NS, target.site_id or 0])
         if strategy.max_unavailable_per_site and target.site_id is not None:
             n = busy.filter(site_id=target.site_id).count()
             if n >= strategy.max_unavailable_per_site:

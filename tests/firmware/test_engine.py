@@ -187,3 +187,17 @@ def test_redfish_driver_multipart_push_and_retry_after(settings):
         assert err.value.error_class == ErrorClass.INFRA
     assert redfish.resets_for({"bmc_reset", "host_reboot"}) == ["host_reboot", "bmc_reset"]
     assert redfish.resets_for({"ac_power_cycle", "bmc_reset"}) == ["ac_power_cycle"]
+
+
+def test_the_demo_rollout_progresses_against_the_simulator(users, drive, make_user):
+    from django.contrib.auth import get_user_model
+
+    get_user_model().objects.create_superuser("demo-admin", password="x")  # noqa: S106
+    with running_simulator(bmcs=4, prefix="demo-", task_seconds=0, bmc_reset_seconds=0.1) as sim:
+        rollout_fleet.build(servers=4)
+        rollout = svc.rollout_demo_create(simulator_url=sim.url, servers=4, soak_seconds=0)
+        assert rollout.state == RolloutState.RUNNING and rollout.approved_by == users["approver"]
+        assert svc.rollout_demo_create(simulator_url=sim.url) == rollout  # idempotent
+        rollout = drive(rollout, lambda r: r.state == RolloutState.COMPLETED or r.state == RolloutState.PAUSED,
+                        timeout=90)
+    assert rollout.state == RolloutState.COMPLETED, rollout.pause_reason
