@@ -58,43 +58,62 @@ def rollout_detail(pk: int) -> Rollout:
             .prefetch_related(Prefetch("bundle__items", queryset=items)).get(pk=pk))
 
 
+class _Bar:
+    """What a progress bar shows of ``total``, ``done`` and ``failed`` targets."""
+
+    total: int
+    done: int
+    failed: int
+
+    @property
+    def percent(self) -> int:
+        return round(100 * self.done / self.total) if self.total else 0
+
+    @property
+    def failed_percent(self) -> int:
+        """The failed part of ``percent`` (shown in red)."""
+        return round(100 * self.failed / self.total) if self.total else 0
+
+    @property
+    def ok_percent(self) -> int:
+        """The finished part of ``percent`` that did not fail."""
+        return self.percent - self.failed_percent
+
+    @property
+    def all_ok(self) -> bool:
+        """Every target finished, none failed (the bar turns green)."""
+        return bool(self.total) and self.done == self.total and not self.failed
+
+
 @dataclass
-class DomainProgress:
+class DomainProgress(_Bar):
     name: str
     total: int = 0
     done: int = 0
     failed: int = 0
     in_flight: int = 0
 
-    @property
-    def percent(self) -> int:
-        return round(100 * self.done / self.total) if self.total else 0
 
-
-class _StateCounts:
+class _StateCounts(_Bar):
     """Totals over ``counts`` (target state -> targets)."""
 
     counts: dict[str, int]
 
-    @property
+    @property  # type: ignore[override]
     def total(self) -> int:
         return sum(self.counts.values())
 
-    @property
+    @property  # type: ignore[override]
     def done(self) -> int:
         return sum(n for s, n in self.counts.items() if s in TARGET_DONE)
 
-    @property
+    @property  # type: ignore[override]
     def failed(self) -> int:
         return self.counts.get(TargetState.FAILED, 0)
 
     @property
     def in_flight(self) -> int:
         return sum(n for s, n in self.counts.items() if s in TARGET_IN_FLIGHT)
-
-    @property
-    def percent(self) -> int:
-        return round(100 * self.done / self.total) if self.total else 0
 
 
 @dataclass

@@ -12,12 +12,12 @@ import threading
 
 import pytest
 from django.conf import settings as django_settings
-from django.db import connection
+from django.db import connection, transaction
 
 from firmware.models import Rollout, RolloutState, TargetState
 from firmware.simulator.testing import running_simulator
 from tests.browser.test_gpu_flow import CHROMIUM, SHOTS, browser, login, shot  # noqa: F401 - browser: a fixture
-from tests.firmware import rollout_fleet
+from tests.firmware import fw_factories, rollout_fleet
 from tests.inventory.test_bulk_worker import celery_worker_process  # noqa: F401 - the real worker fixture
 
 os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"  # Playwright's sync API runs an event loop in this thread
@@ -28,9 +28,7 @@ SERVERS = 10
 
 pytestmark = [
     pytest.mark.browser,
-    pytest.mark.celery,
     pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium (make chromium)"),
-    pytest.mark.skipif(not django_settings.REDIS_URL, reason="needs REDIS_URL (a real broker)"),
 ]
 
 
@@ -97,6 +95,8 @@ def sim_fleet(transactional_db):
                                   bmc_url=lambda n: sim.bmc_url(f"bmc-{n + 1:04d}"))
 
 
+@pytest.mark.celery
+@pytest.mark.skipif(not django_settings.REDIS_URL, reason="needs REDIS_URL (a real broker)")
 def test_create_approve_and_watch_a_rollout(live_server, new_page, sim_fleet, make_user, ticker):
     expect = playwright.expect
     operator = make_user("operator", username="ops-carol")
@@ -188,3 +188,61 @@ def test_create_approve_and_watch_a_rollout(live_server, new_page, sim_fleet, ma
     expect(row).to_contain_text("ops-carol")
     expect(row).to_contain_text("appr-dave")
     shot(ops, "24-rollout-list")
+
+
+def test_a_paused_rollout_shows_its_failures_and_the_buttons_each_role_gets(live_server, new_page, users,
+                                                                              transactional_db):
+    """No engine here: the rollout is moved through the services while the page is open, as the engine would."""
+    from firmware.models import RolloutTarget
+    from firmware.services import rollout as svc
+
+    expect = playwright.expect
+    fleet = rollout_fleet.build(servers=6, per_rack=2)
+    old = fw_factories.bundle({"gpu_vbios": rollout_fleet.OLD_VBIOS}, name="vbios-in-force")
+    fw_factories.baseline(old, users["approver"])  # what a rollback would go back to
+    rollout = rollout_fleet.approved(fleet, users["operator"], users["approver"], strategy={"waves": [50, 100]})
+    rollout = svc.rollout_start(rollout=rollout, actor=users["operator"])
+    canary = RolloutTarget.objects.filter(rollout=rollout, wave__index=0).select_related("server").first()
+    RolloutTarget.objects.filter(pk=canary.pk).update(
+        state=TargetState.FAILED, error_class="firmware", attempts=1,
+        last_error="Update.1.0.ActivateFailed: GPU_SXM_3 still reports 96.00.89.00.01 after the power cycle")
+    with transaction.atomic():
+        svc.rollout_engine_pause(rollout_id=rollout.pk, reason="canary gate failed: 1 firmware failure")
+
+    # A viewer sees the state, the reason and the failure, and no button.
+    viewer = new_page()
+    login(viewer, live_server.url, users["viewer"].username, f"/firmware/rollouts/{rollout.pk}/")
+    expect(viewer.locator("#rollout-state")).to_have_text("Paused")
+    expect(viewer.locator("#pause-reason-text")).to_have_text("canary gate failed: 1 firmware failure")
+    failure = viewer.locator("#failures tbody tr").first
+    expect(failure).to_contain_text(canary.server.hostname)
+    expect(failure).to_contain_text("ActivateFailed")
+    expect(failure.locator(".err-firmware")).to_be_visible()
+    expect(viewer.locator("#rollout-actions")).to_have_count(0)
+
+    # The operator resumes, then pauses with a reason typed while the page polls (the typing survives the swaps).
+    ops = new_page()
+    login(ops, live_server.url, users["operator"].username, f"/firmware/rollouts/{rollout.pk}/")
+    for name in ("resume", "abort", "rollback"):
+        expect(ops.locator(f"#action-{name}")).to_be_visible()
+    shot(ops, "25-rollout-paused-failures")
+    ops.click("#action-resume")
+    expect(ops.locator("#rollout-state")).to_have_text("Running")
+    expect(viewer.locator("#rollout-state")).to_have_text("Running", timeout=6_000)  # the viewer's page polled
+    ops.fill("#reason-pause", "ticket OPS-99: hold for the vendor")
+    ops.wait_for_timeout(2_500)  # at least one poll swaps the live partial
+    expect(ops.locator("#reason-pause")).to_have_value("ticket OPS-99: hold for the vendor")
+    ops.click("#action-pause")
+    expect(ops.locator("#rollout-state")).to_have_text("Paused")
+    expect(ops.locator("#rollout-notices")).to_contain_text("Pause: done")
+    expect(ops.locator("#pause-reason-text")).to_have_text("ticket OPS-99: hold for the vendor")
+    expect(ops.locator("#timeline tbody tr").first).to_contain_text("ticket OPS-99: hold for the vendor")
+    # An abort asks first; dismissing it changes nothing.
+    ops.once("dialog", lambda dialog: dialog.dismiss())
+    ops.click("#action-abort")
+    expect(ops.locator("#rollout-state")).to_have_text("Paused")
+    ops.once("dialog", lambda dialog: dialog.accept())
+    ops.click("#action-abort")
+    expect(ops.locator("#rollout-state")).to_have_text("Aborted")
+    expect(ops.locator("#rollout-live")).not_to_have_attribute("hx-trigger", re.compile("every"))
+    shot(ops, "26-rollout-aborted")
