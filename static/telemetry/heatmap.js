@@ -123,10 +123,12 @@
   }
 
   // --- layout ---------------------------------------------------------------------------------------------
-  var SITE_HEAD = 22, ROW_LABEL = 56, RACK_GAP = 4, ROW_GAP = 6, RACK_HEAD = 10;
+  // A site is a section; its rows flow left to right as blocks (label on top, racks side by side, wrapping
+  // inside a row only when the row is wider than the canvas); a rack is a block of server lines.
+  var SITE_HEAD = 22, ROW_HEAD = 13, RACK_GAP = 3, ROW_SPACING = 14, LINE_GAP = 6;
 
   function computeLayout(width) {
-    var f = fleet, racks = f.racks, servers = f.servers, rows = f.rows, sites = f.sites;
+    var f = fleet, racks = f.racks, servers = f.servers;
     // Rack shape in cells: widest server x number of servers.
     var rackCols = new Int32Array(racks.id.length), rackLines = new Int32Array(racks.id.length);
     var s = 0;
@@ -140,36 +142,48 @@
     }
     // Cell size: the largest that keeps the whole fleet within about 1.6 screens.
     var target = Math.max(window.innerHeight * 1.6, 600);
+    var result = { rackCols: rackCols, rackLines: rackLines };
     var cell = 14;
-    for (; cell > 2; cell--) if (place(cell, true) <= target) break;
-    var result = { cell: cell, rackCols: rackCols, rackLines: rackLines };
-    result.height = place(cell, false, result);
+    for (; cell > 2; cell--) if (place(cell, null) <= target) break;
+    result.cell = cell;
+    result.height = place(cell, result);
     return result;
 
-    function place(c, dry, out) {
-      var x0 = ROW_LABEL, y = 0, si = 0, ri = 0, rk = 0;
-      var rx, ry, rw, rh, sx, sy, lx;
-      if (!dry) {
+    function place(c, out) {
+      var rackHead = c >= 6 ? 10 : 4;
+      var sites = f.sites, rows = f.rows, y = 0, ri = 0, rk = 0;
+      if (out) {
+        out.rackHead = rackHead;
         out.rackX = new Float32Array(racks.id.length); out.rackY = new Float32Array(racks.id.length);
-        out.siteY = new Float32Array(sites.id.length); out.rowY = new Float32Array(rows.id.length);
+        out.siteY = new Float32Array(sites.id.length);
+        out.rowX = new Float32Array(rows.id.length); out.rowY = new Float32Array(rows.id.length);
       }
-      for (si = 0; si < sites.id.length; si++) {
-        if (!dry) out.siteY[si] = y;
+      for (var si = 0; si < sites.id.length; si++) {
+        if (out) out.siteY[si] = y;
         y += SITE_HEAD;
+        var lineX = 0, lineH = 0;
         while (ri < rows.id.length && rows.start[ri] < sites.end[si]) {
-          if (!dry) out.rowY[ri] = y;
-          lx = x0; var lineH = 0;
-          while (rk < racks.id.length && racks.start[rk] < rows.end[ri]) {
-            rw = rackCols[rk] * c; rh = RACK_HEAD + rackLines[rk] * c;
-            if (lx + rw > width && lx > x0) { y += lineH + ROW_GAP; lx = x0; lineH = 0; }
-            if (!dry) { out.rackX[rk] = lx; out.rackY[rk] = y; }
-            lx += rw + RACK_GAP; lineH = Math.max(lineH, rh);
-            rk++;
+          // The row's racks, first measured as one line (wrapping at the canvas width).
+          var first = rk, bx = 0, by = 0, bw = 0, bh = 0, rowLineH = 0;
+          var last = first;
+          while (last < racks.id.length && racks.start[last] < rows.end[ri]) last++;
+          var total = 0;
+          for (var k = first; k < last; k++) total += rackCols[k] * c + RACK_GAP;
+          var blockW = Math.min(total - RACK_GAP, width);
+          if (lineX > 0 && lineX + blockW > width) { y += lineH + LINE_GAP; lineX = 0; lineH = 0; }
+          for (k = first; k < last; k++) {
+            var rw = rackCols[k] * c, rh = rackHead + rackLines[k] * c;
+            if (bx > 0 && bx + rw > width) { by += rowLineH + RACK_GAP; bx = 0; rowLineH = 0; }
+            if (out) { out.rackX[k] = lineX + bx; out.rackY[k] = y + ROW_HEAD + by; }
+            bx += rw + RACK_GAP; bw = Math.max(bw, bx - RACK_GAP); rowLineH = Math.max(rowLineH, rh);
           }
-          y += lineH + ROW_GAP * 2;
+          bh = ROW_HEAD + by + rowLineH;
+          if (out) { out.rowX[ri] = lineX; out.rowY[ri] = y; }
+          lineX += bw + ROW_SPACING; lineH = Math.max(lineH, bh);
+          rk = last;
           ri++;
         }
-        y += 8;
+        y += lineH + LINE_GAP + 6;
       }
       return y;
     }
@@ -185,7 +199,7 @@
       while (s < f.servers.id.length && f.servers.start[s] < f.racks.end[r]) {
         for (var i = Math.max(f.servers.start[s], f.racks.start[r]); i < f.servers.end[s]; i++) {
           L.x[i] = L.rackX[r] + (i - f.servers.start[s]) * c;
-          L.y[i] = L.rackY[r] + RACK_HEAD + line * c;
+          L.y[i] = L.rackY[r] + L.rackHead + line * c;
         }
         line++; s++;
       }
@@ -211,15 +225,15 @@
     for (var si = 0; si < f.sites.id.length; si++) ctx.fillText("Site " + f.sites.name[si], 2, L.siteY[si] + 4);
     ctx.font = "11px system-ui, sans-serif";
     ctx.fillStyle = "#5d6b7a";
-    for (var ri = 0; ri < f.rows.id.length; ri++) ctx.fillText(String(f.rows.name[ri]).slice(0, 9), 2, L.rowY[ri] + RACK_HEAD);
+    for (var ri = 0; ri < f.rows.id.length; ri++) ctx.fillText("row " + f.rows.name[ri], L.rowX[ri], L.rowY[ri] + 1);
     ctx.font = "9px system-ui, sans-serif";
     for (var r = 0; r < f.racks.id.length; r++) {
       var w = L.rackCols[r] * L.cell;
       ctx.fillStyle = "#c9d3dd";
-      ctx.fillRect(L.rackX[r], L.rackY[r] + 2, w, RACK_HEAD - 4); // the rack's label strip: click target
-      if (w >= 34) {
+      ctx.fillRect(L.rackX[r], L.rackY[r] + 1, w, L.rackHead - 2); // the rack's label strip: click target
+      if (w >= 34 && L.rackHead >= 10) {
         ctx.fillStyle = "#2c3b4f";
-        ctx.save(); ctx.beginPath(); ctx.rect(L.rackX[r], L.rackY[r], w, RACK_HEAD); ctx.clip();
+        ctx.save(); ctx.beginPath(); ctx.rect(L.rackX[r], L.rackY[r], w, L.rackHead); ctx.clip();
         ctx.fillText(String(f.racks.name[r]), L.rackX[r] + 1, L.rackY[r] + 1);
         ctx.restore();
       }
@@ -255,9 +269,9 @@
     var f = fleet, L = layout, c = L.cell;
     for (var r = 0; r < f.racks.id.length; r++) {
       var x0 = L.rackX[r], y0 = L.rackY[r];
-      if (px < x0 || px >= x0 + L.rackCols[r] * c || py < y0 || py >= y0 + RACK_HEAD + L.rackLines[r] * c) continue;
-      if (py < y0 + RACK_HEAD) return { rack: r };
-      var line = ((py - y0 - RACK_HEAD) / c) | 0, col = ((px - x0) / c) | 0;
+      if (px < x0 || px >= x0 + L.rackCols[r] * c || py < y0 || py >= y0 + L.rackHead + L.rackLines[r] * c) continue;
+      if (py < y0 + L.rackHead) return { rack: r };
+      var line = ((py - y0 - L.rackHead) / c) | 0, col = ((px - x0) / c) | 0;
       var s = serverOfRack(r, line);
       if (s < 0) return { rack: r, none: true };
       var i = f.servers.start[s] + col;
