@@ -118,9 +118,10 @@ class MaintenanceWindowAdmin(CatalogAdmin):
 
 @admin.register(ComplianceStatus)
 class ComplianceStatusAdmin(ReadOnlyModelAdmin):
-    list_display = ["server", "gpu", "component", "expected", "actual", "status", "computed_at"]
+    list_display = ["server", "component", "expected", "actual", "gpu_count", "status", "computed_at"]
     list_filter = ["status", "component"]
-    raw_id_fields = ["server", "gpu", "baseline"]
+    list_select_related = ["server"]
+    raw_id_fields = ["server", "baseline"]
 
 
 @admin.register(FirmwareTuple)

@@ -334,7 +334,12 @@ class FirmwareObservation(models.Model):
             models.UniqueConstraint(fields=["server", "component", "version"], name="fwobs_unique_server",
                                     condition=Q(server__isnull=False)),
         ]
-        indexes = [models.Index(fields=["component", "version"], name="fwobs_comp_ver_idx")]
+        indexes = [
+            models.Index(fields=["component", "version"], name="fwobs_comp_ver_idx"),
+            # The latest observation per (server, component): compliance's DISTINCT ON reads it in index order.
+            models.Index(fields=["server", "component", "-last_seen", "-id"], condition=Q(server__isnull=False),
+                         name="fwobs_server_latest_idx"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.get_component_display()} {self.version}"

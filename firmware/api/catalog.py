@@ -167,7 +167,8 @@ class MaintenanceWindowViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin,
 
 
 class ComplianceViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, _Base):
-    """One row per expected component of a server or GPU, as of the last recompute."""
+    """One row per expected component of a server, as of the last recompute; a per-GPU component (VBIOS,
+    InfoROM) has one row per version the server's GPUs report, with ``gpu_count``."""
 
     serializer_class = s.ComplianceStatusSerializer
     filterset_class = ComplianceFilter

@@ -109,8 +109,8 @@ class ComplianceStatusSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = ComplianceStatus
-        fields = ["id", "server", "hostname", "site", "platform", "gpu", "component", "baseline", "expected",
-                  "actual", "status", "computed_at"]
+        fields = ["id", "server", "hostname", "site", "platform", "component", "baseline", "expected",
+                  "actual", "status", "gpu_count", "computed_at"]
 
 
 class DriftCountSerializer(serializers.Serializer):

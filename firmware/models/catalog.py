@@ -231,25 +231,28 @@ class ComplianceState(models.TextChoices):
 
 
 class ComplianceStatus(models.Model):
-    """One expected component on one server (``gpu`` empty) or one GPU, against what was last observed.
+    """One expected component of one server against what was last observed.
 
-    Rewritten as a whole by ``firmware.services.compliance.compliance_recompute`` (one INSERT ... SELECT);
+    A server component (BMC, SBIOS, ...) has one row (``gpu_count`` 0). A per-GPU component (VBIOS, InfoROM) has
+    one row per distinct version its GPUs report, with ``gpu_count`` the number of the server's GPUs reporting
+    ``actual`` (the GPUs behind a row are the server's GPUs whose version column equals ``actual``).
+
+    Rewritten as a whole by ``firmware.services.compliance.compliance_recompute`` (INSERT ... SELECT);
     the drift report, the firmware home page and the rollout precheck read it.
     """
 
-    # A derived table rewritten whole (~275,000 rows at 100,000 GPUs): no foreign-key constraints (a check per
-    # row) and only the indexes its readers use (each index cost ~0.5 s of the rewrite); nothing it points to
-    # is ever deleted (PROTECT everywhere).
+    # A derived table rewritten whole (~40,000 rows at 100,000 GPUs): no foreign-key constraints (a check per
+    # row) and only the indexes its readers use; nothing it points to is ever deleted (PROTECT everywhere).
     server = models.ForeignKey(Server, on_delete=models.DO_NOTHING, db_constraint=False, db_index=False,
                                related_name="+")
-    gpu = models.ForeignKey("inventory.Gpu", null=True, blank=True, on_delete=models.DO_NOTHING,
-                            db_constraint=False, db_index=False, related_name="+")
     component = models.CharField(max_length=24, choices=FirmwareComponent.choices)
     baseline = models.ForeignKey(Baseline, on_delete=models.DO_NOTHING, db_constraint=False, db_index=False,
                                  related_name="+")
     expected = models.CharField(max_length=80)
     actual = models.CharField(max_length=80, blank=True)
     status = models.CharField(max_length=10, choices=ComplianceState.choices)
+    gpu_count = models.PositiveIntegerField(
+        default=0, help_text="GPUs of the server reporting ``actual`` (per-GPU components); 0 for a server component")
     computed_at = models.DateTimeField()
 
     class Meta:
@@ -261,7 +264,8 @@ class ComplianceStatus(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.server_id}/{self.gpu_id or '-'} {self.component}: {self.status}"
+        gpus = f" x{self.gpu_count} GPUs" if self.gpu_count else ""
+        return f"{self.server_id} {self.component} {self.actual or '-'}{gpus}: {self.status}"
 
 
 class FirmwareTuple(models.Model):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from django.db.models import Count, Prefetch, Q, QuerySet
+from django.db.models import Count, Prefetch, Q, QuerySet, Sum
 from django.utils import timezone
 
 from firmware.models import (
@@ -15,6 +15,7 @@ from firmware.models import (
     Pool,
     Release,
 )
+from firmware.services.catalog import PER_GPU
 
 
 def component_spec_list() -> QuerySet[ComponentSpec]:
@@ -71,9 +72,21 @@ def window_list() -> QuerySet[MaintenanceWindow]:
 
 def compliance_by_platform() -> list[dict]:
     """Per platform: servers and GPUs compliant / drift / unknown (a server drifts when any of its rows do).
-    Two grouped queries over ComplianceStatus."""
+
+    One grouped query over ComplianceStatus, one row per server. The per-GPU components are stored as
+    (server, version) groups with a GPU count, so a server's GPUs in a state are counted by the per-GPU
+    component with the most GPUs in that state: exact when a GPU's components drift together (they are
+    flashed together), a lower bound when one GPU drifts on VBIOS and another on InfoROM."""
+    per_gpu = sorted(PER_GPU)
+    gpu_sums = {}
+    for i, component in enumerate(per_gpu):
+        on = Q(component=component)
+        gpu_sums |= {f"g{i}": Sum("gpu_count", filter=on, default=0),
+                     f"g{i}_drift": Sum("gpu_count", filter=on & Q(status="drift"), default=0),
+                     f"g{i}_unknown": Sum("gpu_count", filter=on & Q(status="unknown"), default=0)}
     servers = (ComplianceStatus.objects.values("server_id", "server__platform__name", "server__platform_id")
-               .annotate(drift=Count("id", filter=Q(status="drift")), unknown=Count("id", filter=Q(status="unknown")))
+               .annotate(drift=Count("id", filter=Q(status="drift")), unknown=Count("id", filter=Q(status="unknown")),
+                         **gpu_sums)
                .order_by())
     summary: dict[int, dict] = {}
     for row in servers:
@@ -84,14 +97,8 @@ def compliance_by_platform() -> list[dict]:
         entry["servers"] += 1
         key = "servers_drift" if row["drift"] else "servers_unknown" if row["unknown"] else "servers_compliant"
         entry[key] += 1
-    gpus = (ComplianceStatus.objects.filter(gpu__isnull=False).values("server__platform_id")
-            .annotate(gpus=Count("gpu_id", distinct=True),
-                      drift=Count("gpu_id", distinct=True, filter=Q(status="drift")),
-                      unknown=Count("gpu_id", distinct=True, filter=Q(status="unknown"))).order_by())
-    for row in gpus:
-        entry = summary.get(row["server__platform_id"])
-        if entry is not None:
-            entry.update(gpus=row["gpus"], gpus_drift=row["drift"], gpus_unknown=row["unknown"])
+        for suffix in ("", "_drift", "_unknown"):
+            entry[f"gpus{suffix}"] += max((row[f"g{i}{suffix}"] for i in range(len(per_gpu))), default=0)
     for entry in summary.values():
         entry["percent"] = round(100 * entry["servers_compliant"] / entry["servers"], 1) if entry["servers"] else 0
     return sorted(summary.values(), key=lambda e: e["platform"] or "")

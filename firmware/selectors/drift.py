@@ -1,46 +1,76 @@
-"""The drift report: non-compliant servers and GPUs (from ComplianceStatus), and mixed firmware inside an
-NVLink domain or a scheduler pool (from FirmwareTuple). Every read is a grouped query; nothing per device."""
+"""The drift report: non-compliant servers and GPUs (from ComplianceStatus, whose per-GPU rows are groups with a
+GPU count), and mixed firmware inside an NVLink domain or a scheduler pool (from FirmwareTuple). Every read is a
+grouped query; nothing per device."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from django.db.models import Count, Q, QuerySet
+from django.db.models import Count, Exists, F, Model, OuterRef, Q, QuerySet, Subquery, Sum
 
 from firmware.models import ComplianceState, ComplianceStatus, FirmwareTuple
+from firmware.services.compliance import GPU_COLUMNS
+from inventory.models import Gpu
 
 NON_COMPLIANT = (ComplianceState.DRIFT, ComplianceState.UNKNOWN)
 FINDINGS_SHOWN = 50
 
 
 def drift_counts() -> list[dict]:
-    """Non-compliant rows by site, platform, component and status: servers affected and GPUs affected."""
+    """Non-compliant rows by site, platform, component and status: servers affected and GPUs affected (the
+    per-GPU components' rows carry how many GPUs report that version)."""
     return list(
         ComplianceStatus.objects.filter(status__in=NON_COMPLIANT)
         .values("server__site_id", "server__site__code", "server__platform_id", "server__platform__name",
                 "component", "status")
-        .annotate(servers=Count("server_id", distinct=True), gpus=Count("gpu_id"))
+        .annotate(servers=Count("server_id", distinct=True), gpus=Sum("gpu_count"))
         .order_by("server__site__code", "server__platform__name", "component", "status"))
 
 
-def drift_devices(*, site: str | None = None, platform: int | None = None, component: str | None = None,
-                  status: str | None = None) -> QuerySet[ComplianceStatus]:
-    """The non-compliant rows behind a count, for the drill-down (keyset on id)."""
-    qs = ComplianceStatus.objects.filter(status__in=NON_COMPLIANT).select_related(
-        "server__site", "server__platform", "gpu", "baseline__bundle")
+def _statuses(status: str | None) -> tuple[str, ...]:
+    return (status,) if status in NON_COMPLIANT else NON_COMPLIANT
+
+
+def _scoped[M: Model](qs: QuerySet[M], *, site: str | None, platform: int | None,
+                      server: int | None) -> QuerySet[M]:
+    """The drill-down's filters on the server (a ComplianceStatus row's or a GPU's)."""
     if site:
         qs = qs.filter(server__site__code=site)
     if platform:
         qs = qs.filter(server__platform_id=platform)
+    if server:
+        qs = qs.filter(server_id=server)
+    return qs
+
+
+def drift_devices(*, site: str | None = None, platform: int | None = None, component: str | None = None,
+                  status: str | None = None, server: int | None = None) -> QuerySet[ComplianceStatus]:
+    """The non-compliant rows behind a count, for the drill-down (keyset on id): a server component's row, or
+    a per-GPU component's (server, version) group with its GPU count (:func:`drift_gpus` lists the GPUs)."""
+    qs = ComplianceStatus.objects.filter(status__in=_statuses(status)).select_related(
+        "server__site", "server__platform", "baseline__bundle")
     if component:
         qs = qs.filter(component=component)
-    if status in NON_COMPLIANT:
-        qs = qs.filter(status=status)
-    return qs.order_by("id")
+    return _scoped(qs, site=site, platform=platform, server=server).order_by("id")
+
+
+def drift_gpus(*, component: str, site: str | None = None, platform: int | None = None,
+               status: str | None = None, server: int | None = None) -> QuerySet[Gpu]:
+    """The GPUs of the non-compliant groups of a per-GPU component (keyset on the GPU id): a GPU is in a group
+    when it sits in the group's server and its version column reads the group's ``actual``. Each GPU carries
+    the group's ``expected``, ``actual`` and ``status``."""
+    column = GPU_COLUMNS[component]
+    groups = ComplianceStatus.objects.filter(server_id=OuterRef("server_id"), component=component,
+                                             actual=OuterRef(column), status__in=_statuses(status))
+    qs = (Gpu.objects.filter(Exists(groups))
+          .annotate(expected=Subquery(groups.values("expected")[:1]), actual=F(column),
+                    compliance=Subquery(groups.values("status")[:1]))
+          .select_related("server__site", "server__platform"))
+    return _scoped(qs, site=site, platform=platform, server=server).order_by("id")
 
 
 def compliance_list() -> QuerySet[ComplianceStatus]:
-    return ComplianceStatus.objects.select_related("server__site", "server__platform", "gpu",
+    return ComplianceStatus.objects.select_related("server__site", "server__platform",
                                                    "baseline__bundle").order_by("id")
 
 

@@ -10,7 +10,7 @@ from typing import Any
 from django.core.exceptions import ValidationError
 from django.core.files.uploadedfile import UploadedFile
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import Min, Q
 from django.utils import timezone
 
 from firmware.inventory_map import DEFAULT_PATTERNS
@@ -26,6 +26,7 @@ from firmware.models import (
     Release,
     UpdateMethod,
     WindowKind,
+    version_key,
 )
 from fleet.audit import Actor, audit_write, audited_create, audited_update, diff, snapshot
 from fleet.models import AuditAction
@@ -347,9 +348,9 @@ def window_create(*, name: str, actor: Actor | None, kind: str = WindowKind.ALLO
 
 # --- demo data ---------------------------------------------------------------------------------------------
 
-# Per platform of the demo fleet (inventory.seed.catalog.SKUS): (older, current, next) versions. The seed
-# already observes BMC, SBIOS, HMC, VBIOS and InfoROM (with its own mix of older and current versions);
-# the components it does not observe get the current version on 80 % of servers and the older one on 20 %.
+# Per platform of the demo fleet (inventory.seed.catalog.SKUS): (older, current, next) versions. The current
+# VBIOS is the one most GPUs of the inventory seed run (it flashes the GPUs of a server alike); the demo
+# seed then puts each server's other components on the recipe its VBIOS belongs to (see firmware_demo_seed).
 # Realistic demo values, not a support matrix.
 DEMO_VERSIONS: dict[str, dict[str, tuple[str, str, str]]] = {
     "HGX H100 8-GPU": {
@@ -361,7 +362,7 @@ DEMO_VERSIONS: dict[str, dict[str, tuple[str, str, str]]] = {
     },
     "HGX H200 8-GPU": {
         C.BMC: ("7.00.00.173", "7.10.70.00", "7.10.80.00"), C.HMC: ("HGX-24.04-1-rc12", "HGX-24.10-1-rc30", "HGX-25.02-1-rc8"),
-        C.SBIOS: ("2.2.8", "2.3.5", "2.4.1"), C.GPU_VBIOS: ("96.00.A5.00.01", "96.00.AF.00.03", "96.00.B6.00.01"),
+        C.SBIOS: ("2.2.8", "2.3.5", "2.4.1"), C.GPU_VBIOS: ("96.00.9E.00.02", "96.00.A5.00.01", "96.00.AF.00.03"),
         C.GPU_INFOROM_IMAGE: ("", "G520.0280.00.01", "G520.0280.00.01"), C.CPLD: ("0.2A", "0.2C", "0.2C"),
         C.EROT: ("00.02.0182.0000_n04", "00.02.0190.0000_n00", "00.02.0195.0000_n00"),
         C.NVSWITCH: ("96.10.6D.00.01", "96.10.73.00.01", "96.10.79.00.01"), C.NIC: ("28.39.1002", "28.41.1000", "28.43.2026"),
@@ -369,13 +370,13 @@ DEMO_VERSIONS: dict[str, dict[str, tuple[str, str, str]]] = {
     "HGX B200 8-GPU": {
         C.BMC: ("01.04.02", "01.04.08", "01.05.02"), C.HMC: ("HGX-B200-24.11-1-rc33", "HGX-B200-25.03-1-rc10",
                                                                "HGX-B200-25.06-1-rc4"),
-        C.SBIOS: ("1.2", "1.3", "1.4"), C.GPU_VBIOS: ("97.00.6B.00.03", "97.00.82.00.01", "97.00.B9.00.69"),
+        C.SBIOS: ("1.2", "1.3", "1.4"), C.GPU_VBIOS: ("97.00.5A.00.01", "97.00.6B.00.03", "97.00.82.00.01"),
         C.GPU_INFOROM_IMAGE: ("", "G525.0220.00.02", "G525.0220.00.02"), C.CPLD: ("0.3A", "0.3B", "0.3D"),
         C.EROT: ("01.03.0150.0000_n04", "01.03.0183.0000_n04", "01.04.0008.0000_n04"),
         C.NVSWITCH: ("35.2014.1638", "35.2014.1700", "35.2014.1752"), C.NIC: ("28.41.1000", "28.43.2026", "28.46.3048"),
     },
 }
-_SEED_OBSERVES = {C.BMC, C.HMC, C.SBIOS, C.GPU_VBIOS, C.GPU_INFOROM_IMAGE}
+DEMO_SINGLE_DRIFT_PERCENT = 3  # servers on the baseline but for one server component, one version behind
 DEMO_SHA = "0" * 64
 
 
@@ -388,12 +389,35 @@ def _demo_approver(actor: Actor | None) -> Any:
     return get_user_model().objects.filter(is_superuser=True).order_by("id").first()
 
 
+def _demo_server_versions(platforms: dict[str, ServerPlatform], next_pool: set[int]) -> list[tuple[int, str, str]]:
+    """Every server component of every demo server, drifting per server as a real fleet does: a server is on
+    the recipe its GPUs' VBIOS belongs to (the inventory seed flashed them: older -> one bundle behind on every
+    component, current -> on the baseline, next -> a pilot already on the next recipe); the servers of a pool
+    with the next baseline run the next recipe; a few servers on the baseline lag on one component.
+    One grouped query; the versions go in with one ``firmware_observe_many``."""
+    names = {p.pk: name for name, p in platforms.items()}
+    servers = (Server.objects.filter(platform__in=platforms.values()).annotate(vbios=Min("gpus__vbios_version"))
+               .values_list("id", "platform_id", "vbios").order_by("id"))
+    rows = []
+    for sid, platform_id, vbios in servers:
+        versions = DEMO_VERSIONS[names[platform_id]]
+        server_components = [c for c in versions if c not in PER_GPU]
+        vbios_key = version_key(vbios or "")
+        tier = next((i for i, v in enumerate(versions[C.GPU_VBIOS]) if version_key(v) == vbios_key), 1)
+        if sid in next_pool:
+            tier = 2
+        lagging = (server_components[sid % len(server_components)]
+                   if tier == 1 and (sid * 37) % 100 < DEMO_SINGLE_DRIFT_PERCENT else None)
+        rows += [(sid, c, versions[c][0 if c == lagging else tier]) for c in server_components]
+    return rows
+
+
 @transaction.atomic
 def firmware_demo_seed(*, actor: Actor | None) -> dict[str, Any]:
     """The firmware side of the demo fleet: releases, a current and a next bundle per demo platform, baselines
     in force (approved by a superuser), two pools (one with its own baseline), a weekly maintenance window and
-    a freeze, observations of the components the inventory seed does not observe, one NVLink domain with
-    mixed VBIOS, then compliance. Idempotent: does nothing when the catalog already has bundles.
+    a freeze, each server's component versions (drift correlated per server: :func:`_demo_server_versions`),
+    one NVLink domain with mixed VBIOS, then compliance. Idempotent: does nothing when the catalog already has bundles.
     Set-based: about 1 s at 2,000 GPUs and a few seconds at 100,000 (the observations go in with COPY)."""
     from firmware.services.compliance import compliance_recompute
     from inventory import services as inventory_services
@@ -449,21 +473,15 @@ def firmware_demo_seed(*, actor: Actor | None) -> dict[str, Any]:
                   start_time=dt.time(2, 0), duration_minutes=180)
     window_create(name="Year-end change freeze", kind=WindowKind.FREEZE, actor=actor,
                   starts_at=now + dt.timedelta(days=20), ends_at=now + dt.timedelta(days=34))
-    # Components the inventory seed does not observe: 80 % current, 20 % older (by server id, reproducible).
-    platform_names = {p.pk: name for name, p in platforms.items()}
-    rows = []
-    for sid, platform_id in Server.objects.filter(platform__in=platforms.values()).values_list("id", "platform_id"):
-        for component, (older, current, _) in DEMO_VERSIONS[platform_names[platform_id]].items():
-            if component not in _SEED_OBSERVES:
-                rows.append((sid, component, older if (sid * 7 + len(component)) % 10 < 2 else current))
-    observed = inventory_services.firmware_observe_many(server_versions=rows, source="redfish", seen_at=now,
-                                                        actor=actor)
+    observed = inventory_services.firmware_observe_many(
+        server_versions=_demo_server_versions(platforms, next_pool=set(infer.servers.values_list("id", flat=True))),
+        source="redfish", seen_at=now, actor=actor)
     # One NVLink domain with mixed firmware: one GPU of a training-pool server reports another VBIOS.
     mixed = Gpu.objects.filter(server_id__in=by_platform[first][:32], module_id=8).order_by("server_id").first()
     if mixed is not None:
-        inventory_services.firmware_observe(gpu=mixed, component=C.GPU_VBIOS,
-                                            version=DEMO_VERSIONS[first][C.GPU_VBIOS][2], source="nvidia-smi-xml",
-                                            seen_at=now, actor=actor)
+        other = next(v for v in DEMO_VERSIONS[first][C.GPU_VBIOS][::-1] if v != mixed.vbios_version)
+        inventory_services.firmware_observe(gpu=mixed, component=C.GPU_VBIOS, version=other,
+                                            source="nvidia-smi-xml", seen_at=now, actor=actor)
     compliance = compliance_recompute()
     return {"releases": len(releases), "bundles": 2 * len(platforms), "pools": [train.name, infer.name],
             "observations": observed, "compliance": compliance}

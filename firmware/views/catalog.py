@@ -19,7 +19,7 @@ from firmware.models import Baseline, Bundle, Channel, ComplianceState, Pool, Re
 from firmware.selectors import catalog as selectors
 from firmware.selectors import drift as drift_selectors
 from firmware.services import catalog as services
-from firmware.services.catalog import CATALOGUED
+from firmware.services.catalog import CATALOGUED, PER_GPU
 from fleet.pagination import keyset_page
 from fleet.roles import APPROVER, OPERATOR, has_role
 from fleet.views import (
@@ -288,18 +288,22 @@ def window_list(request: HtmxHttpRequest) -> HttpResponse:
 
 @viewer_required
 def drift_report(request: HtmxHttpRequest) -> HttpResponse:
-    """Counts by site, platform and component; the mixed-firmware findings; the device drill-down (keyset)."""
+    """Counts by site, platform and component; the mixed-firmware findings; the drill-down (keyset): the GPUs
+    for a per-GPU component, else the non-compliant rows (a per-GPU row is a server's group of GPUs)."""
     filters: dict[str, Any] = {
         "site": request.GET.get("site") or None,
         "platform": int(p) if (p := request.GET.get("platform", "")).isdigit() else None,
         "component": request.GET.get("component") or None,
         "status": request.GET.get("status") or None,
+        "server": int(s) if (s := request.GET.get("server", "")).isdigit() else None,
     }
     drilled = any(filters.values())
-    page = keyset_page(drift_selectors.drift_devices(**filters), after=request.GET.get("after"),
-                       size=settings.FLEET_PAGE_SIZE) if drilled else None
+    gpus = filters["component"] in PER_GPU
+    rows = drift_selectors.drift_gpus(**filters) if gpus else drift_selectors.drift_devices(**filters)
+    page = keyset_page(rows, after=request.GET.get("after"), size=settings.FLEET_PAGE_SIZE) if drilled else None
     context = {
-        "filters": filters, "drilled": drilled, "page": page,
+        "filters": filters, "drilled": drilled, "page": page, "gpus": gpus,
+        "component_label": dict(FirmwareComponent.choices).get(filters["component"] or "", ""),
         "next_query": query_with(request.GET, after=page.next_after) if page and page.has_next else None,
         "first_query": query_without(request.GET, "after"),
         "computed_at": selectors.compliance_computed_at(),

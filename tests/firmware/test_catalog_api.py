@@ -80,6 +80,18 @@ def test_compliance_drift_and_labels(api, users):
     assert b"fleet.io/fw-bmc=01.01.16" in k8s
 
 
+def test_compliance_rows_group_gpus_by_version(api, users):
+    fw.baseline(fw.bundle({"bmc": "01.03.19", "gpu_vbios": "96.00.99.00.01"}), users["approver"])
+    server = make_server(bmc="01.03.19", vbios=("96.00.99.00.01", "96.00.74.00.1C", "96.00.74.00.1C"))
+    api("operator").post(reverse("api:compliance-recompute"))
+    rows = api("viewer").get(reverse("api:compliance-list"), {"server": server.pk, "component": "gpu_vbios"}).json()
+    assert sorted((r["actual"], r["status"], r["gpu_count"]) for r in rows["results"]) == [
+        ("96.00.74.00.1C", "drift", 2), ("96.00.99.00.01", "compliant", 1)]
+    assert "gpu" not in rows["results"][0]
+    counts = api("viewer").get(reverse("api:firmware-drift")).json()["counts"]
+    assert [(c["component"], c["servers"], c["gpus"]) for c in counts] == [("gpu_vbios", 1, 2)]
+
+
 def test_list_query_counts(api, django_assert_max_num_queries):
     for n in range(5):
         fw.bundle({"bmc": f"1.{n}", "sbios": f"2.{n}"})

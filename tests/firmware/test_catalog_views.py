@@ -68,6 +68,15 @@ def test_drift_drilldown_and_findings(client, users, fleet):
     assert fleet[1].hostname.encode() in drilled.content and fleet[0].hostname.encode() not in drilled.content
     partial = client.get(reverse("firmware-drift"), {"component": "gpu_vbios"}, headers={"HX-Request": "true"})
     assert b'id="drift-devices"' in partial.content and b"<nav" not in partial.content
+    # A per-GPU component drills down to the GPUs of the drifted (server, version) groups, one row each.
+    drifted_gpu = fleet[1].gpus.get(vbios_version="96.00.74.00.1C")
+    assert reverse("gpu-detail", args=[drifted_gpu.pk]).encode() in partial.content
+    for ok_gpu in [*fleet[0].gpus.all(), fleet[1].gpus.get(vbios_version="96.00.99.00.01")]:
+        assert reverse("gpu-detail", args=[ok_gpu.pk]).encode() not in partial.content
+    # Without a component the rows are groups: the VBIOS group shows its GPU count, linked to those GPUs.
+    groups = client.get(reverse("firmware-drift"), {"status": "drift"})
+    assert b"1 GPU</a>" in groups.content
+    assert f"?server={fleet[1].pk}&amp;component=gpu_vbios&amp;status=drift".encode() in groups.content
     assert [f.name for f in mixed_pools()] == ["p1"]
     assert len(mixed_nvlink_domains()) == 0 or all(f.mixed_servers for f in mixed_nvlink_domains())
 
