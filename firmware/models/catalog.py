@@ -241,7 +241,7 @@ class ComplianceStatus(models.Model):
     the drift report, the firmware home page and the rollout precheck read it.
     """
 
-    # A derived table rewritten whole (~40,000 rows at 100,000 GPUs): no foreign-key constraints (a check per
+    # A derived table rewritten whole (~107,500 rows at 100,000 GPUs): no foreign-key constraints (a check per
     # row) and only the indexes its readers use; nothing it points to is ever deleted (PROTECT everywhere).
     server = models.ForeignKey(Server, on_delete=models.DO_NOTHING, db_constraint=False, db_index=False,
                                related_name="+")

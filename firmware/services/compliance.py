@@ -9,7 +9,8 @@ statements whatever the fleet size (measured: bench/firmware.py, docs in the fun
   components are read from the latest observation per (server, component). The per-GPU components (VBIOS,
   InfoROM) are grouped: one row per (server, component, version its GPUs report) with ``gpu_count``, read
   from the GPU's ``vbios_version`` / ``inforom_image`` columns, which the imports and ``firmware_observe``
-  keep on the latest observation. 100,000 GPUs on 12,500 servers make ~40,000 rows, not ~275,000.
+  keep on the latest observation. 100,000 GPUs on 11,875 servers make ~107,500 rows (83,000 of them server
+  components; 24,400 GPU groups), not ~273,000.
 - ``FirmwareTuple``: each server's firmware identity (every catalogued component's current versions,
   lower-cased, hashed), for scheduler labels and the mixed-firmware findings.
 
