@@ -11,6 +11,7 @@ from django_filters import rest_framework as filters
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import serializers, status
+from rest_framework.negotiation import DefaultContentNegotiation
 from rest_framework.parsers import BaseParser
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -48,6 +49,16 @@ class IngestErrorSerializer(serializers.Serializer):
     line = serializers.IntegerField(allow_null=True, help_text="1-based line of the error; null: the body as a whole")
 
 
+class _NoFormatOverride:
+    URL_FORMAT_OVERRIDE = None
+
+
+class FormatParamNegotiation(DefaultContentNegotiation):
+    """``?format=`` names the body's format here (nvidia-smi-xml, kernel-log, ...), not the response renderer."""
+
+    settings = _NoFormatOverride()
+
+
 def _error(message: str, reason: str, line: int | None, code: int) -> Response:
     return Response({"detail": message, "reason": reason, "line": line}, status=code)
 
@@ -57,7 +68,7 @@ class _IngestView(APIView):
 
     schema = FleetAutoSchema()
     parser_classes = [RawBodyParser]
-    fmt: str | None = None
+    content_negotiation_class = FormatParamNegotiation
 
     def _body(self, request: Request) -> bytes | Response:
         limit = settings.FLEET_TELEMETRY_MAX_BYTES

@@ -11,6 +11,9 @@ Imported at the bottom of ``inventory/models.py``, so these are models of the ``
 
 from __future__ import annotations
 
+from urllib.parse import urlsplit
+
+from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import Q
 
@@ -180,6 +183,13 @@ class RollupCursor(models.Model):
         return f"{self.resolution} until {self.done_until}"
 
 
+def validate_exporter_url(value: str) -> None:
+    """http(s)://host[:port]/path, where host may be a bare hostname (URLField wants a dotted domain)."""
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValidationError("Enter an http:// or https:// URL with a host, e.g. http://node0001:9400/metrics.")
+
+
 class IngestKind(models.TextChoices):
     SCRAPE = "scrape", "Scrape (Fleet fetches the URL)"
     PUSH = "push", "Push (POST to the API)"
@@ -191,7 +201,8 @@ class IngestSource(models.Model):
 
     name = models.SlugField(max_length=100, unique=True)
     kind = models.CharField(max_length=8, choices=IngestKind.choices, default=IngestKind.SCRAPE)
-    url = models.URLField(max_length=500, blank=True, help_text="dcgm-exporter /metrics URL (scrape sources)")
+    url = models.CharField("URL", max_length=500, blank=True, validators=[validate_exporter_url],
+                           help_text="dcgm-exporter /metrics URL (scrape sources), e.g. http://node0001:9400/metrics")
     host = models.CharField(max_length=253, blank=True,
                             help_text="Hostname for samples without a Hostname label or UUID")
     enabled = models.BooleanField(default=True)

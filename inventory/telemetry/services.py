@@ -102,7 +102,7 @@ def _gpu_id(item: GpuSample | XidLine) -> int | None:
     return gpu_id
 
 
-def _map(items: Sequence[GpuSample | XidLine]) -> list[int | None]:
+def map_identities(items: Sequence[GpuSample | XidLine]) -> list[int | None]:
     """Gpu ids for ``items`` (None where unknown); identities that miss the cache are looked up once."""
     _identities.refresh_if_old()
     ids = [_gpu_id(item) for item in items]
@@ -225,8 +225,8 @@ def telemetry_write(*, batch: ParsedBatch, source: IngestSource | None, now: dt.
     for attempt in (1, 2):
         try:
             with transaction.atomic():
-                sample_ids = _map(batch.samples)
-                xid_ids = _map(batch.xids)
+                sample_ids = map_identities(batch.samples)
+                xid_ids = map_identities(batch.xids)
                 rows = sample_rows(batch.samples, sample_ids, now=now, oldest=oldest, result=result)
                 written: WriteResult = get_store().write_samples(rows, source_id=source.pk if source else None)
                 xid_lines_write(batch.xids, xid_ids, source=source, now=now, result=result)

@@ -1,0 +1,241 @@
+#!/usr/bin/env python
+"""Telemetry benchmark over a 100,000-GPU demo fleet on PostgreSQL.
+
+    DATABASE_URL=postgres://postgres@127.0.0.1:5432/fleet_bench_tel .venv/bin/python bench/telemetry.py
+
+Runs against a DEDICATED database that it drops and re-creates (``fleet_bench_tel`` unless DATABASE_URL names a
+database containing "bench"). Seeds ``--gpus`` GPUs (seed_demo), generates dcgm-exporter text for them
+(default counter set, ``inventory.telemetry.synth``), and measures in one run:
+
+- ingest: the full path, ``telemetry_ingest`` (parse + map identities + write, one transaction), samples/s;
+- write: the write stage alone given the parsed batch (map + ``Store.write_samples``), samples/s, next to a
+  raw binary COPY of the same 8-column rows into an empty unindexed table, and their ratio;
+- bytes per raw sample on disk including indexes (the day's sample and counter partitions after VACUUM);
+- rollup of one 5-minute bucket holding 10 scrapes of every GPU (per GPU and per rack/row/site);
+- heatmap data for every GPU (the selector; and with JSON encoding);
+- one GPU's 90-day history (1-hour tier; 90 days of 1h rollups backfilled for ``--history-gpus`` GPUs with
+  generate_series), and a 1-hour raw read of one GPU for reference.
+
+Each timed figure is the median of ``--repeat`` runs (2 shared cores: noisy). The last line is one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import importlib.util
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+TARGETS = {"ingest_samples_per_s": 10_000, "write_ratio": 1 / 3, "bytes_per_sample": 70, "heatmap_ms": 200}
+
+
+def _bench_inventory():  # type: ignore[no-untyped-def]
+    spec = importlib.util.spec_from_file_location("bench_inventory", ROOT / "bench" / "inventory.py")
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return module
+
+
+def say(text: str = "") -> None:
+    print(text, flush=True)
+
+
+def database_url(url: str) -> str:
+    parts = urlsplit(url)
+    if not parts.scheme.startswith("postgres"):
+        sys.exit("bench/telemetry.py needs PostgreSQL: DATABASE_URL=postgres://user@host:5432/fleet_bench_tel")
+    name = parts.path.lstrip("/")
+    return urlunsplit(parts._replace(path=f"/{name if 'bench' in name else 'fleet_bench_tel'}"))
+
+
+def timed(fn, repeat: int) -> tuple[float, list[float], object]:  # type: ignore[no-untyped-def]
+    times, result = [], None
+    for i in range(repeat):
+        gc.collect()
+        started = time.perf_counter()
+        result = fn(i)
+        times.append(time.perf_counter() - started)
+    return statistics.median(times), times, result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--gpus", type=int, default=100_000)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--history-gpus", type=int, default=1000)
+    parser.add_argument("--reuse", action="store_true", help="keep a seeded bench database (telemetry emptied)")
+    args = parser.parse_args()
+
+    url = database_url(os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/fleet_bench_tel"))
+    os.environ["DATABASE_URL"] = url
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "fleet.settings")
+    os.environ.setdefault("LOG_LEVEL", "WARNING")
+    # One body for the whole fleet (~5.9 kB of dcgm-exporter text per GPU: 560 MB for 95k GPUs) is far over the
+    # push limit meant for one exporter; the bench ingests it whole to measure the path, not the limit.
+    os.environ["FLEET_TELEMETRY_MAX_BYTES"] = str(2**31)
+    if not args.reuse:
+        _bench_inventory().recreate_database(url)
+
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+    from django.db import connection, transaction
+    from django.utils import timezone
+
+    from fleet.audit import SYSTEM
+    from inventory.models import Gpu
+    from inventory.seed import demo_seed
+    from inventory.telemetry import partitions, rollup, selectors, services
+    from inventory.telemetry.parse import parse_telemetry
+    from inventory.telemetry.store import raw_copy
+    from inventory.telemetry.synth import dcgm_text_for
+
+    call_command("migrate", verbosity=0)
+    if not Gpu.objects.exists():
+        started = time.perf_counter()
+        demo_seed(gpus=args.gpus, seed=1, actor=SYSTEM)
+        say(f"seed_demo --gpus {args.gpus}: {time.perf_counter() - started:.1f} s")
+    with connection.cursor() as cursor:
+        cursor.execute("TRUNCATE telemetry_sample, telemetry_counter, telemetry_rollup5m, telemetry_rollupgroup5m, "
+                       "telemetry_rollup1h, telemetry_rollupgroup1h, telemetry_gpulatest, telemetry_xidevent, "
+                       "telemetry_rollupcursor")
+    gpus = selectors.gpus_with_identity()
+    n = len(gpus)
+    say(f"{n:,} placed GPUs with a UUID; load average {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
+
+    started = time.perf_counter()
+    texts = [dcgm_text_for(gpus, seed=seed) for seed in range(2)]  # two scrapes' worth, alternated (memory)
+    say(f"dcgm-exporter text: {len(texts[0]) / 1e6:.1f} MB, {texts[0].count(chr(10)):,} lines per scrape "
+        f"(generated in {(time.perf_counter() - started) / len(texts):.1f} s each)")
+
+    bucket = rollup.floor(timezone.now(), rollup.FIVE_MIN) - rollup.FIVE_MIN
+    stamps = [bucket + rollup.dt.timedelta(seconds=5 + 29 * i) for i in range(10)]  # 10 scrapes in one bucket
+    partitions.partitions_maintain(today=bucket.date(), ahead_days=1, raw_days=14, rollup_days=90)
+    source = services.ingest_source_for(name="bench", kind="push", actor=SYSTEM)
+
+    # Warm-up (not timed): loads the identity cache, inserts every GPU's latest row.
+    services.telemetry_ingest(source=source, content=texts[-1], fmt="prometheus", now=stamps[0])
+
+    # 1. The full ingest path.
+    def ingest(i: int):  # type: ignore[no-untyped-def]
+        return services.telemetry_ingest(source=source, content=texts[i % 2], fmt="prometheus", now=stamps[1 + i])
+
+    ingest_s, ingest_all, result = timed(ingest, args.repeat)
+    ingest_rate = result.samples / ingest_s
+    say(f"ingest (parse + map + write): {ingest_rate:,.0f} samples/s  ({result.samples:,} samples, "
+        f"{', '.join(f'{t:.2f}' for t in ingest_all)} s)  target >= {TARGETS['ingest_samples_per_s']:,}")
+    parse_s, _, batch = timed(lambda i: parse_telemetry(texts[0], fmt="prometheus", host=None, now=stamps[0],
+                                                        filename="bench"), 1)
+    say(f"  of which parse: {parse_s:.2f} s ({batch.lines / parse_s:,.0f} lines/s)")
+
+    # 2. The write stage alone (map + write, one transaction) against a raw COPY of the same rows.
+    base = 1 + args.repeat
+
+    def write(i: int):  # type: ignore[no-untyped-def]
+        return services.telemetry_write(batch=batch, source=None, now=stamps[base + i])
+
+    write_s, write_all, written = timed(write, args.repeat)
+    write_rate = written.samples / write_s
+    mapped = services.sample_rows(batch.samples, services.map_identities(batch.samples), now=stamps[0],
+                                  oldest=bucket - rollup.dt.timedelta(days=1), result=services.IngestResult())
+    rows = [row[:8] for row in mapped]
+    with connection.cursor() as cursor:
+        cursor.execute("DROP TABLE IF EXISTS bench_raw_copy")
+        cursor.execute("CREATE TABLE bench_raw_copy (ts timestamptz NOT NULL, gpu_id integer NOT NULL, power_w real, "
+                       "throttle_mask integer, gpu_temp_c smallint, mem_temp_c smallint, tlimit_c smallint, "
+                       "sm_clock_mhz smallint)")
+
+    def copy(i: int) -> None:
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute("TRUNCATE bench_raw_copy")
+            raw_copy(rows, table="bench_raw_copy")
+
+    copy_s, copy_all, _ = timed(copy, args.repeat)
+    copy_rate = len(rows) / copy_s
+    say(f"write stage: {write_rate:,.0f} samples/s ({', '.join(f'{t:.2f}' for t in write_all)} s); raw binary COPY of "
+        f"the 8 columns: {copy_rate:,.0f} rows/s ({', '.join(f'{t:.2f}' for t in copy_all)} s); ratio "
+        f"{write_rate / copy_rate:.2f}  target >= 0.33")
+
+    # Fill the bucket to 10 scrapes for the rollup.
+    for i in range(base + args.repeat, 10):
+        services.telemetry_write(batch=batch, source=None, now=stamps[i])
+
+    # 3. Bytes per raw sample, including indexes, and the counter table's share in steady state: a counter row
+    #    is written only when a GPU's counters change; every GPU's first sample writes a baseline row once in its
+    #    life (here in the warm-up scrape), left out of the steady-state share.
+    with connection.cursor() as cursor:
+        cursor.execute("VACUUM ANALYZE telemetry_sample")
+        cursor.execute("VACUUM ANALYZE telemetry_counter")
+        day = partitions.partition_name("telemetry_sample", bucket.date())
+        counter_day = partitions.partition_name("telemetry_counter", bucket.date())
+        cursor.execute(f"SELECT count(*), pg_total_relation_size('{day}'), pg_relation_size('{day}') FROM {day}")
+        samples, total, heap = cursor.fetchone()
+        cursor.execute(f"SELECT count(*), count(*) FILTER (WHERE ts > %s), pg_total_relation_size('{counter_day}') "
+                       f"FROM {counter_day}", [stamps[0]])
+        counter_rows, changed_rows, counter_bytes = cursor.fetchone()
+    counter_share = counter_bytes / max(counter_rows, 1) * changed_rows / samples
+    bytes_per_sample = total / samples + counter_share
+    say(f"bytes per raw sample: {bytes_per_sample:.1f} = sample row {total / samples:.1f} (heap {heap / samples:.1f}, "
+        f"BRIN + FSM + VM {(total - heap) / samples:.2f}) + counter rows {counter_share:.2f} ({changed_rows:,} changes "
+        f"in {samples:,} samples; {counter_rows - changed_rows:,} first-sample baselines not counted)  target <= 70")
+
+    # 4. Rollup of one 5-minute bucket (10 scrapes of every GPU).
+    def roll(i: int) -> int:
+        with transaction.atomic():
+            return rollup.rollup_5m(start=bucket, end=bucket + rollup.FIVE_MIN)
+
+    rollup_s, rollup_all, rolled = timed(roll, args.repeat)
+    say(f"rollup of one 5-minute bucket: {rollup_s:.2f} s ({rolled:,} GPU rows + groups; "
+        f"{', '.join(f'{t:.2f}' for t in rollup_all)} s)")
+
+    # 5. Heatmap data for every GPU.
+    heatmap_s, heatmap_all, data = timed(lambda i: selectors.heatmap_data(metric="gpu_temp"), max(args.repeat, 5))
+    json_s, _, body = timed(lambda i: json.dumps(data, default=str), 1)
+    say(f"heatmap data: {heatmap_s * 1000:.0f} ms for {len(data['gpus']):,} GPUs (+ JSON {json_s * 1000:.0f} ms, "
+        f"{len(body) / 1e6:.1f} MB; {', '.join(f'{t * 1000:.0f}' for t in heatmap_all)} ms)  target <= 200 ms")
+
+    # 6. One GPU's 90-day history (1-hour tier), rollups backfilled with generate_series.
+    history_ids = [g for g in Gpu.objects.filter(latest__isnull=False).order_by("id").values_list("id", flat=True)
+                   [: args.history_gpus]]
+    end = rollup.floor(timezone.now(), rollup.HOUR)
+    start = end - rollup.dt.timedelta(days=90)
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO telemetry_rollup1h (gpu_id, bucket, n_samples, gpu_temp_min, gpu_temp_avg, gpu_temp_max, "
+            "mem_temp_max, tlimit_min, power_min, power_avg, power_max, sm_clock_avg, throttled_samples, throttle_s, "
+            "d_ecc_sbe, d_ecc_dbe, d_remap_corr, d_remap_unc, d_pcie_replay, hw_xid_count) "
+            "SELECT g, b, 120, 40 + g %% 7, 55 + g %% 9, 70 + g %% 11, 80, 10, 300, 420, 690, 1900, 0, 0, 0, 0, 0, 0, 0, 0 "
+            "FROM unnest(%s::bigint[]) g CROSS JOIN generate_series(%s::timestamptz, %s::timestamptz - interval '1 hour', "
+            "interval '1 hour') b ON CONFLICT DO NOTHING", [history_ids, start, end])
+        cursor.execute("ANALYZE telemetry_rollup1h")
+    picks = history_ids[:: max(1, len(history_ids) // 20)]
+    history_s, history_all, points = timed(
+        lambda i: selectors.history(scope="gpu", scope_id=picks[i % len(picks)], metric="gpu_temp", start=start,
+                                    end=end), 20)
+    say(f"90-day history of one GPU (1h tier, {len(points):,} points): {history_s * 1000:.1f} ms median of 20")
+    raw_s, _, raw_points = timed(
+        lambda i: selectors.history(scope="gpu", scope_id=history_ids[i], metric="gpu_temp",
+                                    start=bucket, end=bucket + rollup.HOUR), 5)
+    say(f"1-hour raw history of one GPU ({len(raw_points)} points, BRIN on (ts, gpu_id)): {raw_s * 1000:.1f} ms")
+
+    figures = {
+        "ingest_samples_per_s": round(ingest_rate), "write_samples_per_s": round(write_rate),
+        "raw_copy_samples_per_s": round(copy_rate), "write_ratio": round(write_rate / copy_rate, 3),
+        "bytes_per_sample": round(bytes_per_sample, 1), "rollup_5m_s": round(rollup_s, 2),
+        "heatmap_ms": round(heatmap_s * 1000, 1), "history_90d_ms": round(history_s * 1000, 1),
+    }
+    say(json.dumps(figures))
+
+
+if __name__ == "__main__":
+    main()
