@@ -14,6 +14,7 @@ timeout, 5xx, auth) or ``firmware`` (the BMC refused or failed the image).
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import threading
@@ -25,7 +26,6 @@ from urllib.parse import urlsplit
 import redfish
 import requests
 from django.conf import settings
-from redfish.rest.v1 import AuthMethod
 
 from firmware.models import ErrorClass
 
@@ -147,29 +147,33 @@ class BmcClient:
                  timeout: float | None = None) -> None:
         self.url = url
         self.timeout = timeout if timeout is not None else settings.FLEET_BMC_TIMEOUT
+        user = username if username is not None else settings.FLEET_BMC_USERNAME
+        secret = password if password is not None else settings.FLEET_BMC_PASSWORD
+        # Basic auth on every request instead of login(): the library's login costs two requests per BMC and
+        # process, and a session dies with every BMC reset. Bad credentials show as a 401 on the first request.
+        self._auth = {"Authorization": "Basic " + base64.b64encode(f"{user}:{secret}".encode()).decode()}
         try:
-            self._rf = redfish.redfish_client(
-                base_url=url, username=username if username is not None else settings.FLEET_BMC_USERNAME,
-                password=password if password is not None else settings.FLEET_BMC_PASSWORD,
-                timeout=self.timeout, max_retry=0, check_connectivity=False)
-            netloc = urlsplit(url).netloc
-            with _LOCK:
-                session = _SESSIONS.setdefault(netloc, requests.Session())
-            self._rf._session = session  # share keep-alive connections between BMCs behind one endpoint
-            self._rf.login(auth=AuthMethod.BASIC)
-        except BmcError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - connection refused, timeout, bad credentials: all infra
-            raise BmcError(f"BMC {url} unreachable: {type(exc).__name__}: {exc}") from exc
-        self._managers: list[str] | None = None
+            self._rf = redfish.redfish_client(base_url=url, username=user, password=secret, timeout=self.timeout,
+                                              max_retry=0, check_connectivity=False)
+        except Exception as exc:  # noqa: BLE001 - a malformed URL
+            raise BmcError(f"BMC {url}: {type(exc).__name__}: {exc}") from exc
+        netloc = urlsplit(url).netloc
+        with _LOCK:
+            session = _SESSIONS.get(netloc)
+            if session is None:
+                session = _SESSIONS[netloc] = requests.Session()
+                session.trust_env = False  # no proxy or netrc lookups per request: BMCs are reached directly
+        self._rf._session = session  # share keep-alive connections between BMCs behind one endpoint
+        self._collections: dict[str, list[str]] = {}  # Managers, Systems, Chassis: fixed for a BMC
 
     # --- plumbing ---------------------------------------------------------------------------------------------
     def _request(self, method: str, path: str, body: Any = None, headers: dict[str, str] | None = None) -> Any:
+        headers = {**self._auth, **(headers or {})}
         try:
             if method == "GET":
-                response = self._rf.get(path, timeout=self.timeout, max_retry=0)
+                response = self._rf.get(path, headers=headers, timeout=self.timeout, max_retry=0)
             elif method == "DELETE":
-                response = self._rf.delete(path, timeout=self.timeout, max_retry=0)
+                response = self._rf.delete(path, headers=headers, timeout=self.timeout, max_retry=0)
             else:
                 response = self._rf.post(path, body=body, headers=headers, timeout=self.timeout, max_retry=0)
         except Exception as exc:  # noqa: BLE001 - RetriesExhaustedError wraps timeouts and refused connections
@@ -289,7 +293,9 @@ class BmcClient:
         """The reset an activation kind needs. For a BMC reset, the managers named by the updated items'
         ``RelatedItem`` are reset (else the first manager)."""
         collection, action, reset_type = RESET_ACTIONS[kind]
-        members = self._members(f"{ROOT}/{collection}")
+        if collection not in self._collections:
+            self._collections[collection] = self._members(f"{ROOT}/{collection}")
+        members = self._collections[collection]
         if not members:
             raise BmcError(f"no {collection} to reset", error_class=ErrorClass.FIRMWARE)
         chosen = [members[0]]

@@ -183,7 +183,7 @@ def test_redfish_driver_multipart_push_and_retry_after(settings):
         assert not task.done and task.retry_after == 3  # come back later: the driver never sleeps
         assert client.find_update_task(image_uri="HGX-22.10-1-rc70.fwpkg", targets=["HGX_FW_BMC_0"]).uri
         with pytest.raises(redfish.BmcError) as err:
-            redfish.BmcClient("http://127.0.0.1:9/bmc/none", timeout=0.5)
+            redfish.BmcClient("http://127.0.0.1:9/bmc/none", timeout=0.5).inventory_ids()
         assert err.value.error_class == ErrorClass.INFRA
     assert redfish.resets_for({"bmc_reset", "host_reboot"}) == ["host_reboot", "bmc_reset"]
     assert redfish.resets_for({"ac_power_cycle", "bmc_reset"}) == ["ac_power_cycle"]

@@ -1,0 +1,279 @@
+#!/usr/bin/env python
+"""Firmware benchmark: compliance, planning and the rollout engine over a 100,000-GPU demo fleet on PostgreSQL.
+
+    .venv/bin/python bench/firmware.py            # DATABASE_URL's server; database fleet_bench_fw (re-created)
+
+Runs against a DEDICATED database that it drops and re-creates (``fleet_bench_fw`` on DATABASE_URL's server,
+unless DATABASE_URL names a database containing "bench_fw"), and a private ``redis-server`` on a free port (never
+the shared Redis). Measured in one run, printed with the targets:
+
+- ``compliance_recompute()`` over the seeded fleet (``seed_demo`` + ``firmware_demo_seed``): median of 3;
+- planning every server of the fleet (each platform's "next" bundle, ``plan_preview``: the dry run), the sum over
+  platforms, median of 3; and persisting the largest platform's plan (``rollout_create``: waves + COPY of targets);
+- engine throughput: ``--engine-targets`` servers of a bench platform whose BMCs are virtual BMCs of the simulator
+  (``python -m firmware.simulator``, zero task time, zero reset time), a one-release bundle (BMC firmware: update,
+  activate, BMC reset, verify), 2 Celery worker processes (``--pool solo``), this process ticking like beat.
+  Target-steps = compare-and-set advances of targets (the sum of their ``version`` columns) per second of wall time
+  from start to the last target finished.
+
+The last line of output is one JSON object: ``compliance_s``, ``plan_s``, ``engine_steps_per_s``.
+The machine's 2 cores are shared with PostgreSQL, Redis, the simulator and the workers: figures are noisy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+TARGETS = {"compliance_s": 2.0, "plan_s": 3.0, "engine_steps_per_s": 500.0}
+
+
+def say(text: str = "") -> None:
+    print(text, flush=True)
+
+
+def loadavg() -> str:
+    return "load average " + " ".join(f"{x:.1f}" for x in os.getloadavg())
+
+
+def bench_database_url(url: str) -> str:
+    parts = urlsplit(url)
+    if not parts.scheme.startswith("postgres"):
+        sys.exit("bench/firmware.py needs PostgreSQL: DATABASE_URL=postgres://user@host:5432/fleet_bench_fw")
+    name = parts.path.lstrip("/")
+    return urlunsplit(parts._replace(path=f"/{name if 'bench_fw' in name else 'fleet_bench_fw'}"))
+
+
+def recreate_database(url: str) -> None:
+    import psycopg
+
+    parts = urlsplit(url)
+    admin = urlunsplit(parts._replace(path="/postgres"))
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{parts.path.lstrip("/")}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{parts.path.lstrip("/")}"')
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def timed(fn, repeats: int = 3) -> tuple[float, list[float], object]:  # type: ignore[no-untyped-def]
+    runs, result = [], None
+    for _ in range(repeats):
+        started = time.perf_counter()
+        result = fn()
+        runs.append(time.perf_counter() - started)
+    return statistics.median(runs), runs, result
+
+
+def verdict(value: float, target: float, higher_is_better: bool = False) -> str:
+    ok = value >= target if higher_is_better else value <= target
+    return "ok" if ok else "MISSED"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--gpus", type=int, default=100_000)
+    parser.add_argument("--engine-targets", type=int, default=2000, help="servers the engine updates (default 2000)")
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--reuse", action="store_true", help="keep the bench database if it is seeded")
+    parser.add_argument("--profile", action="store_true", help="cProfile one worker's steps (to var/)")
+    args = parser.parse_args()
+
+    url = bench_database_url(os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/fleet_bench_fw"))
+    redis_port = free_port()
+    broker = f"redis://127.0.0.1:{redis_port}/0"
+    os.environ.update({"DATABASE_URL": url, "REDIS_URL": broker, "DJANGO_SETTINGS_MODULE": "fleet.settings",
+                       "LOG_LEVEL": os.environ.get("LOG_LEVEL", "WARNING"),
+                       "FLEET_ROLLOUT_DEFAULT_CONCURRENCY": str(args.engine_targets),
+                       "FLEET_ROLLOUT_TICK_LIMIT": str(max(5000, args.engine_targets))})
+    say(f"Fleet firmware benchmark: {args.gpus:,} GPUs on {urlsplit(url).path.lstrip('/')} "
+        f"({os.cpu_count()} cores shared with PostgreSQL, Redis, the simulator and the workers; {loadavg()})")
+    reuse = False
+    if args.reuse:
+        import psycopg
+
+        try:
+            with psycopg.connect(url) as conn:
+                reuse = conn.execute("SELECT count(*) FROM firmware_bundle").fetchone()[0] > 0
+        except psycopg.Error:
+            reuse = False
+    if not reuse:
+        recreate_database(url)
+    redis_proc = subprocess.Popen(  # noqa: S603 - a private redis-server on loopback
+        ["redis-server", "--port", str(redis_port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],  # noqa: S607
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        figures = run(args, url, broker, reuse)
+    finally:
+        redis_proc.kill()
+        redis_proc.wait(timeout=10)
+    say(json.dumps(figures))
+
+
+def run(args: argparse.Namespace, url: str, broker: str, reuse: bool) -> dict[str, float]:
+    import django
+
+    django.setup()
+    from django.contrib.auth import get_user_model
+    from django.core.management import call_command
+    from django.db import connection
+
+    from fleet.audit import SystemActor
+    from fleet.roles import APPROVER, OPERATOR, user_set_role
+
+    actor = SystemActor("bench")
+    users = get_user_model().objects
+    if not reuse:
+        call_command("migrate", verbosity=0)
+        users.create_superuser("bench-admin", password=None)
+        started = time.perf_counter()
+        call_command("seed_demo", gpus=args.gpus, seed=1, verbosity=0)
+        from firmware.services.catalog import firmware_demo_seed
+
+        firmware_demo_seed(actor=actor)
+        say(f"seed (inventory + firmware catalog, observations): {time.perf_counter() - started:.1f} s")
+        with connection.cursor() as cur:
+            cur.execute("VACUUM ANALYZE")
+    operator = users.filter(username="bench-operator").first() or users.create_user("bench-operator")
+    approver = users.filter(username="bench-approver").first() or users.create_user("bench-approver")
+    user_set_role(operator, OPERATOR)
+    user_set_role(approver, APPROVER)
+
+    # --- compliance ------------------------------------------------------------------------------------------
+    from firmware.services.compliance import compliance_recompute
+    from inventory.models import Gpu, Server
+
+    gpus = Gpu.objects.count()
+    compliance_s, runs, result = timed(compliance_recompute)
+    say(f"compliance_recompute over {gpus:,} GPUs: median {compliance_s:.2f} s of "
+        f"{', '.join(f'{r:.2f}' for r in runs)} (target <= {TARGETS['compliance_s']} s) "
+        f"{verdict(compliance_s, TARGETS['compliance_s'])}; {result}")
+
+    # --- plan --------------------------------------------------------------------------------------------------
+    from firmware.models import Bundle
+    from firmware.services import rollout as svc
+    from firmware.services.plan import plan_preview
+
+    bundles = list(Bundle.objects.filter(name__endswith=" next").select_related("platform").order_by("name"))
+
+    def plan_all() -> list:
+        return [plan_preview(bundle=b, selector={}, strategy={"domain_caps": {"rack": 2, "power_feed": 8}})
+                for b in bundles]
+
+    plan_s, runs, plans = timed(plan_all)
+    servers = sum(len(p.servers) for p in plans)
+    say(f"plan every server ({servers:,} servers, {gpus:,} GPUs; {len(bundles)} platforms, each its 'next' bundle; "
+        f"canary + 1/5/25/100 % waves, <= 2 per rack and 8 per power feed per wave): median {plan_s:.2f} s of "
+        f"{', '.join(f'{r:.2f}' for r in runs)} (target <= {TARGETS['plan_s']} s) {verdict(plan_s, TARGETS['plan_s'])}")
+    for bundle, plan in zip(bundles, plans, strict=True):
+        say(f"  {bundle.platform}: {plan.target_count:,} targets, {len(plan.skipped):,} compliant, "
+            f"{len(plan.paths)} upgrade paths, {len(plan.waves)} waves "
+            f"({', '.join(str(len(w.server_ids)) for w in plan.waves)})")
+    largest = max(bundles, key=lambda b: Server.objects.filter(platform=b.platform).count())
+    started = time.perf_counter()
+    persisted = svc.rollout_create(name="bench plan", bundle=largest, selector={}, actor=operator,
+                                   strategy={"domain_caps": {"rack": 2, "power_feed": 8}})
+    say(f"persist the plan of {largest.platform} (rollout_create: plan + waves + COPY of "
+        f"{persisted.targets.count():,} targets): {time.perf_counter() - started:.2f} s")
+    svc.rollout_abort(rollout=persisted, actor=operator, reason="bench")
+
+    # --- engine -------------------------------------------------------------------------------------------------
+    engine_steps = engine_throughput(args, url, broker, operator, approver)
+    return {"compliance_s": round(compliance_s, 3), "plan_s": round(plan_s, 3),
+            "engine_steps_per_s": round(engine_steps, 1)}
+
+
+def engine_throughput(args: argparse.Namespace, url: str, broker: str, operator, approver) -> float:  # type: ignore[no-untyped-def]
+    from django.db.models import Count, Sum
+
+    from firmware.models import RolloutState, RolloutTarget
+    from firmware.models.rollout import TARGET_DONE
+    from firmware.services import catalog, engine
+    from firmware.services import rollout as svc
+    from firmware.simulator.testing import SimulatorProcess
+    from fleet import bulk
+    from fleet.audit import SystemActor
+    from inventory.models import Server, ServerPlatform
+
+    n = args.engine_targets
+    actor = SystemActor("bench")
+    stamp = f"{time.time():.0f}"  # a run of its own, also on a reused database
+    platform = ServerPlatform.objects.create(name=f"Bench generic BMC {stamp}", vendor="Contoso")
+    sim = SimulatorProcess(bmcs=n, profile="generic", task_seconds=0,
+                           extra_args=("--prefix", "bench-", "--bmc-reset-seconds", "0")).start()
+    workers: list[subprocess.Popen] = []
+    try:
+        width = max(4, len(str(n)))  # the simulator's ids: <prefix>0001 ...
+        bulk.insert(Server, [Server(hostname=f"bench-{stamp}-{i:05d}", platform=platform,
+                                    bmc_address=sim.bmc_url(f"bench-{i:0{width}d}")) for i in range(1, n + 1)])
+        from firmware.models import Release
+
+        release = (Release.objects.filter(component="bmc", version="1.46.0-bench").first()
+                   or catalog.release_create(component="bmc", version="1.46.0-bench", sha256="0" * 64, actor=actor,
+                                             image_url="https://firmware.example.internal/bmc/1.46.0-bench.fwpkg"))
+        bundle = catalog.bundle_create(name=f"bench BMC {stamp}", platform=platform, releases=[release],
+                                       actor=actor)
+        rollout = svc.rollout_create(name="bench engine", bundle=bundle, selector={}, actor=operator,
+                                     strategy={"canary": False, "waves": [100],
+                                               "retry": {"max_attempts": 5, "backoff_seconds": [1]}})
+        rollout = svc.rollout_approve(rollout=svc.rollout_submit(rollout=rollout, actor=operator), actor=approver)
+        env = {**os.environ, "DATABASE_URL": url, "REDIS_URL": broker}
+        for w in range(args.workers):
+            command = [sys.executable, "-m", "celery", "-A", "fleet", "worker", "--pool", "solo", "--loglevel",
+                       "WARNING", "-n", f"bench{w}@%h", "--without-heartbeat", "--without-gossip",
+                       "--without-mingle"]
+            workers.append(subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL,  # noqa: S603
+                                            stderr=subprocess.DEVNULL))
+        time.sleep(4)  # the workers import Django
+        started = time.perf_counter()
+        rollout = svc.rollout_start(rollout=rollout, actor=operator)
+        done = 0
+        while time.perf_counter() - started < 600:
+            engine.rollout_tick()
+            done = RolloutTarget.objects.filter(rollout=rollout, state__in=TARGET_DONE).count()
+            if done == n:
+                break
+            time.sleep(0.5)
+        elapsed = time.perf_counter() - started
+        steps = RolloutTarget.objects.filter(rollout=rollout).aggregate(s=Sum("version"))["s"] or 0
+        engine.rollout_tick()
+        rollout.refresh_from_db()
+        states = dict(RolloutTarget.objects.filter(rollout=rollout).order_by().values_list("state")
+                      .annotate(n=Count("id")))
+        stats = sim.control.stats()
+    finally:
+        for proc in workers:
+            proc.terminate()
+        for proc in workers:
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        sim.kill()
+    rate = steps / elapsed if elapsed else 0.0
+    say(f"engine: {n:,} targets ({done:,} finished: {states}) in {elapsed:.1f} s with {args.workers} worker "
+        f"processes: {steps:,} target-steps = {rate:.0f} steps/s (target >= {TARGETS['engine_steps_per_s']:.0f}) "
+        f"{verdict(rate, TARGETS['engine_steps_per_s'], higher_is_better=True)}; rollout {rollout.state}; "
+        f"simulator: {stats['requests']:,} requests, {stats['update_requests']:,} update requests, "
+        f"{len(stats['duplicate_updates'])} duplicates")
+    assert rollout.state in (RolloutState.COMPLETED, RolloutState.RUNNING, RolloutState.PAUSED)
+    return rate
+
+
+if __name__ == "__main__":
+    main()
