@@ -10,4 +10,6 @@ BEAT_SCHEDULE: dict[str, dict] = {
     "telemetry-rollup": {"task": "inventory.telemetry.tasks.telemetry_rollup_task", "schedule": 60.0},
     # Creates partitions ahead, drops expired ones.
     "telemetry-partitions": {"task": "inventory.telemetry.tasks.telemetry_partitions_task", "schedule": 3600.0},
+    # Raises, refreshes and clears health flags (RMA criteria, error-rate and thermal outliers), set-based.
+    "health-evaluate": {"task": "inventory.telemetry.tasks_health.health_evaluate_task", "schedule": 300.0},
 }
