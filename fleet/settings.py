@@ -150,6 +150,8 @@ FLEET_JOB_STALL_SECONDS = int(os.environ.get("FLEET_JOB_STALL_SECONDS", "300"))
 # Audit events older than this many days are deleted by a beat task (0 keeps them forever).
 FLEET_AUDIT_RETENTION_DAYS = int(os.environ.get("FLEET_AUDIT_RETENTION_DAYS", "730"))
 FLEET_PAGE_SIZE = 50
+# The demo's BMC simulator (Procfile ``bmcsim``): the demo rollout's servers get BMCs there.
+FLEET_DEMO_BMC_URL = os.environ.get("FLEET_DEMO_BMC_URL", "http://127.0.0.1:8100")
 
 # --- Firmware --- (rollout engine and Redfish driver; docs/firmware.md)
 # Credentials the Redfish driver logs in to BMCs with (Basic auth), and its per-request timeout in seconds.

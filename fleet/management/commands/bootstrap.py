@@ -3,8 +3,13 @@
 1. Role groups and their permissions (``roles_sync``).
 2. The admin account, if missing: ``FLEET_ADMIN_USER`` / ``FLEET_ADMIN_PASSWORD``, else ``admin`` with a
    generated password written to ``var/admin-password`` (mode 600). An existing account is never changed.
-3. With ``--demo-gpus N`` and an empty inventory: the demo fleet (``seed_demo``) and one demo user per role
-   (``viewer``, ``operator``, ``approver``) sharing a generated password kept in ``var/demo-password``.
+3. The firmware component specs (how each component updates and activates), if missing.
+4. With ``--demo-gpus N`` and an empty inventory: the demo fleet (``seed_demo``), one demo user per role
+   (``viewer``, ``operator``, ``approver``) sharing a generated password kept in ``var/demo-password``, the
+   firmware catalog with baselines and drift (``firmware_demo_seed``), 24 hours of telemetry with a heat wave
+   moving through the racks (``telemetry_demo_backfill``, which also registers the Procfile's demo exporter as
+   a scrape source), and a small rollout on BMCs of the Procfile's simulator (``rollout_demo_create``) that
+   beat's tick carries out.
 
 A second run changes nothing and prints where the passwords are.
 """
@@ -23,9 +28,13 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandParser
 from django.db import transaction
 
+from firmware.services.catalog import component_specs_ensure, firmware_demo_seed
+from firmware.services.rollout import rollout_demo_create
+from fleet.audit import SYSTEM
 from fleet.roles import ADMIN, APPROVER, OPERATOR, VIEWER, roles_sync, user_set_role
 from inventory.models import Gpu
 from inventory.seed import inventory_is_empty
+from inventory.telemetry.services import telemetry_demo_backfill
 
 DEMO_ROLES = (VIEWER, OPERATOR, APPROVER)
 
@@ -52,6 +61,7 @@ class Command(BaseCommand):
         self.var = Path(settings.VAR_DIR)
         roles_sync()
         self.admin()
+        component_specs_ensure(actor=SYSTEM)
         if demo_gpus > 0:
             self.demo(demo_gpus, demo_seed)
 
@@ -100,3 +110,14 @@ class Command(BaseCommand):
             self.stdout.write(self.style.SUCCESS(f"Demo users {names} (one per role), password saved in {path}"))
             self.stdout.write(self.style.SUCCESS(f"Log in at {self.url} as viewer / {password} (same password for "
                                                  f"{names})"))
+        self.demo_firmware_and_telemetry()
+
+    def demo_firmware_and_telemetry(self) -> None:
+        firmware = firmware_demo_seed(actor=SYSTEM)
+        self.stdout.write(f"Firmware catalog: {firmware}")
+        telemetry = telemetry_demo_backfill(hours=24, actor=SYSTEM)
+        self.stdout.write(f"Telemetry: {telemetry['samples']:,} samples over 24 h for {telemetry['gpus']:,} GPUs")
+        rollout = rollout_demo_create(simulator_url=settings.FLEET_DEMO_BMC_URL, actor=SYSTEM)
+        if rollout is not None:
+            self.stdout.write(f"Demo rollout '{rollout.name}' ({rollout.get_state_display()}) on the BMC simulator "
+                              f"at {settings.FLEET_DEMO_BMC_URL}")
