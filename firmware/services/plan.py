@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.core.exceptions import ValidationError
+from django.db import connection
 from django.http import QueryDict
 from rest_framework import serializers
 
@@ -278,15 +279,23 @@ def _current_versions(bundle: Bundle, items: list[BundleItem], server_ids: set[i
                         current[server_id][component].add(version)
     other = components - set(gpu_columns)
     if other:
-        latest: dict[tuple[int, str], tuple[Any, str]] = {}
-        rows = (FirmwareObservation.objects.filter(server__platform_id=bundle.platform_id, component__in=other)
-                .values_list("server_id", "component", "version", "last_seen"))
-        for server_id, component, version, seen in rows:
-            key = (server_id, component)
-            if server_id in server_ids and (key not in latest or seen > latest[key][0]):
-                latest[key] = (seen, version)
-        for (server_id, component), (_seen, version) in latest.items():
-            current[server_id][component].add(version)
+        observations = FirmwareObservation.objects.filter(server__platform_id=bundle.platform_id,
+                                                          component__in=other)
+        if connection.vendor == "postgresql":  # the latest per (server, component) in SQL: DISTINCT ON
+            rows = (observations.order_by("server_id", "component", "-last_seen", "-id")
+                    .distinct("server_id", "component").values_list("server_id", "component", "version"))
+            for server_id, component, version in rows:
+                if server_id in server_ids:
+                    current[server_id][component].add(version)
+        else:
+            latest: dict[tuple[int, str], tuple[Any, str]] = {}
+            for server_id, component, version, seen in observations.values_list(
+                    "server_id", "component", "version", "last_seen"):
+                key = (server_id, component)
+                if server_id in server_ids and (key not in latest or seen > latest[key][0]):
+                    latest[key] = (seen, version)
+            for (server_id, component), (_seen, version) in latest.items():
+                current[server_id][component].add(version)
     return current
 
 
@@ -309,11 +318,13 @@ def plan_servers(*, bundle: Bundle, selector: dict[str, Any] | None) -> dict[int
     current = _current_versions(bundle, items, {r["id"] for r in rows})
     feeds = _feeds()
     wanted = {item.component: version_key(item.release.version) for item in items}
+    keys: dict[str, str] = {}  # version -> key: a fleet has few distinct versions
     servers: dict[int, PlannedServer] = {}
     for row in rows:
         versions = current.get(row["id"], {})
         seen = {c: sorted(versions.get(c, ())) for c in sorted(wanted)}
-        compliant = all(len(v) == 1 and version_key(v[0]) == wanted[c] for c, v in seen.items())
+        compliant = all(len(v) == 1 and (keys.get(v[0]) or keys.setdefault(v[0], version_key(v[0]))) == wanted[c]
+                        for c, v in seen.items())
         site = row["site__code"] or "-"
         path = _hash(row["platform__name"], json.dumps(seen, sort_keys=True), site)
         unit = f"nvl:{row['nvlink_domain_id']}" if row["nvlink_domain_id"] else f"srv:{row['id']}"
