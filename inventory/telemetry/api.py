@@ -35,11 +35,14 @@ class RawBodyParser(BaseParser):
 
 
 class IngestResultSerializer(serializers.Serializer):
-    samples = serializers.IntegerField(help_text="Samples written")
+    samples = serializers.IntegerField(help_text="Samples written (on PostgreSQL into the inbox: the raw table, "
+                                       "counters and latest values follow within one merge interval, ~15 s)")
     unknown = serializers.IntegerField(help_text="Samples and XID lines of GPUs Fleet does not know (not written)")
     rejected = serializers.DictField(child=serializers.IntegerField(),
                                      help_text="Values or samples dropped, by reason (sentinel, nan, too_old, ...)")
-    xid_events = serializers.IntegerField(help_text="New XID events")
+    xid_events = serializers.IntegerField(help_text="New XID events written by this request: kernel-log lines "
+                                          "(on PostgreSQL, DCGM XID gauge changes are found by the merge, not "
+                                          "counted here)")
     unknown_examples = serializers.ListField(child=serializers.CharField(), help_text="Up to 20 unknown identities")
 
 

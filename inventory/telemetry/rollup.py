@@ -24,6 +24,7 @@ from django.db import connection, transaction
 from inventory.telemetry.dcgm import THROTTLE_HW_MASK
 from inventory.telemetry.models import RollupCursor
 from inventory.telemetry.partitions import ROLLUP_TABLES, partitions_ensure
+from inventory.telemetry.store import get_store
 
 FIVE_MIN = dt.timedelta(minutes=5)
 HOUR = dt.timedelta(hours=1)
@@ -168,10 +169,16 @@ def rollup_range(*, start: dt.datetime, end: dt.datetime, advance: bool = True) 
     return {"5m": n5, "1h": n1}
 
 
-@transaction.atomic
 def rollup_tick(*, now: dt.datetime, grace: dt.timedelta) -> dict[str, int]:
-    """Roll up every complete bucket after the watermarks (the beat task). Safe to run concurrently: the
-    cursor rows are locked for the duration."""
+    """Merge the ingest inbox (its own transaction: ingest waits for the merge, not for the rollup), then roll
+    up every complete bucket after the watermarks (the beat task). Safe to run concurrently: the cursor rows
+    are locked for the duration."""
+    get_store().merge()
+    return _rollup_tick(now=now, grace=grace)
+
+
+@transaction.atomic
+def _rollup_tick(*, now: dt.datetime, grace: dt.timedelta) -> dict[str, int]:
     end5 = floor(now - grace, FIVE_MIN)
     cursors = {c.resolution: c for c in RollupCursor.objects.select_for_update().filter(resolution__in=("5m", "1h"))}
     start5 = cursors["5m"].done_until if "5m" in cursors else end5 - FIRST_RUN_BACK

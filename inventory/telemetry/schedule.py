@@ -4,8 +4,11 @@ Plain data (no Django imports): the settings module reads it before apps are loa
 """
 
 BEAT_SCHEDULE: dict[str, dict] = {
-    # Claims due scrape sources and sends one message each (dcgm-exporter's default interval is 30 s).
+    # Claims due scrape sources and sends them 256 per message (dcgm-exporter's default interval is 30 s).
     "telemetry-scrape": {"task": "inventory.telemetry.tasks.telemetry_scrape_task", "schedule": 30.0},
+    # Merges the ingest inbox into the raw, counter, XID and latest-value tables: the live heatmap and
+    # "current" columns lag ingest by at most this much (plus the merge's own time).
+    "telemetry-merge": {"task": "inventory.telemetry.tasks.telemetry_merge_task", "schedule": 15.0},
     # Rolls up complete 5-minute buckets (after FLEET_TELEMETRY_ROLLUP_GRACE) and hours.
     "telemetry-rollup": {"task": "inventory.telemetry.tasks.telemetry_rollup_task", "schedule": 60.0},
     # Creates partitions ahead, drops expired ones.

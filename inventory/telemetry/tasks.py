@@ -15,30 +15,51 @@ from inventory.telemetry import partitions, rollup, services
 from inventory.telemetry.models import IngestSource
 
 
+def _scrape_in_flight() -> int:
+    """Sources claimed at once (in flight): by default the whole fleet's exporters, 16 group tasks' worth."""
+    return int(getattr(settings, "FLEET_TELEMETRY_SCRAPE_IN_FLIGHT", 64 * services.SCRAPE_GROUP))
+
+
 @shared_task
 def telemetry_scrape_task() -> int:
-    """Beat, every 30 s: claim the due scrape sources (at most FLEET_TELEMETRY_SCRAPE_CONCURRENCY in flight)
-    and send one message per source, so a slow or failing endpoint holds up only its own task."""
-    ids = services.scrape_claim(now=timezone.now(), limit=settings.FLEET_TELEMETRY_SCRAPE_CONCURRENCY)
-    for source_id in ids:
-        transaction.on_commit(lambda source_id=source_id: telemetry_scrape_one_task.delay(source_id))
+    """Beat, every 30 s: claim the due scrape sources and send them in groups of ``services.SCRAPE_GROUP``
+    (256) per message; each group task fetches its sources concurrently and writes once."""
+    ids = services.scrape_claim(now=timezone.now(), limit=_scrape_in_flight())
+    for start in range(0, len(ids), services.SCRAPE_GROUP):
+        group = ids[start:start + services.SCRAPE_GROUP]
+        transaction.on_commit(lambda group=group: telemetry_scrape_many_task.delay(group))
     return len(ids)
 
 
 @shared_task(soft_time_limit=120, time_limit=150)
-def telemetry_scrape_one_task(source_id: int) -> int | None:
-    """Fetch and ingest one scrape source (its timeout bounds the fetch). Errors are recorded on the source."""
-    source = IngestSource.objects.filter(pk=source_id, enabled=True).first()
-    if source is None:
-        return None
+def telemetry_scrape_many_task(source_ids: list[int]) -> int:
+    """Fetch a group of scrape sources (a thread pool; the timeout bounds each fetch) and ingest what arrived
+    in one write. Errors are recorded on their sources. Returns the samples written."""
+    sources = list(IngestSource.objects.filter(pk__in=source_ids, enabled=True).order_by("pk"))
+    if not sources:
+        return 0
     with audit_source(AuditSource.WORKER):
-        result = services.source_scrape(source=source)
-    return None if result is None else result.samples
+        outcomes = services.sources_scrape(sources=sources)
+    return sum(outcome.samples for outcome in outcomes if isinstance(outcome, services.IngestResult))
+
+
+@shared_task(soft_time_limit=120, time_limit=150)
+def telemetry_scrape_one_task(source_id: int) -> int:
+    """One source (messages sent before the grouped scrape): the group task with one id."""
+    return telemetry_scrape_many_task(source_ids=[source_id])
+
+
+@shared_task(expires=30)
+def telemetry_merge_task() -> dict[str, int]:
+    """Beat, every 15 s: merge the telemetry inbox into the raw, counter, XID and latest-value tables."""
+    merged = services.telemetry_merge()
+    return {"samples": merged.samples, "counter_rows": merged.counter_rows, "xid_events": merged.xid_events}
 
 
 @shared_task
 def telemetry_rollup_task() -> dict[str, int]:
-    """Beat, every minute: roll up the complete 5-minute buckets and hours after the watermarks."""
+    """Beat, every minute: merge the inbox, then roll up the complete 5-minute buckets and hours after the
+    watermarks."""
     return rollup.rollup_tick(now=timezone.now(), grace=dt.timedelta(seconds=settings.FLEET_TELEMETRY_ROLLUP_GRACE))
 
 

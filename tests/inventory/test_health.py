@@ -1,8 +1,8 @@
 """Health flags: each RMA criterion, application XIDs never counting, error-rate and thermal outliers,
 refresh and clearing; the one-click drain / RMA through the inventory service.
 
-Telemetry goes in through the storage write path (``Store.write_samples``: latest values, counters, the XID
-gauge) and the rollups (``rollup_range``), as the exporters' data would.
+Telemetry goes in through the storage write path (``Store.write_samples`` and the merge: latest values,
+counters, the XID gauge) and the rollups (``rollup_range``), as the exporters' data would.
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ def sample(gpu, ts, *, temp=60, power=400.0, **fields) -> SampleRow:
 def write(rows: list[SampleRow]) -> None:
     with transaction.atomic():
         get_store().write_samples(rows)
+    get_store().merge()
 
 
 def xids(gpu, *numbers: int, start: dt.datetime, step=dt.timedelta(minutes=1)) -> None:

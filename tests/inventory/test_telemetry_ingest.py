@@ -76,6 +76,7 @@ def test_every_nvidia_smi_xml_sample_is_stored_with_its_values(filename, expecte
     result = services.telemetry_ingest(source=source(), content=sample(f"nvidia-smi-xml/{filename}"),
                                        fmt="nvidia-smi-xml", host="gpu-host-1")
     assert (result.samples, result.unknown) == (len(expected), 0)
+    services.telemetry_merge()
     assert raw_count() == len(expected)
     for gpu, (_, _, temp, mem, tlimit, power, clock) in zip(gpus, expected, strict=True):
         latest = GpuLatest.objects.get(gpu=gpu)
@@ -91,6 +92,7 @@ def test_dcgm_exporter_sample_is_stored_by_uuid():
     assert len(uuids) == 8
     gpus = {uuid: factories.gpu(server, uuid=uuid) for uuid in uuids}
     result = services.telemetry_ingest(source=source("dcgm"), content=text, fmt="prometheus")
+    services.telemetry_merge()
     assert (result.samples, result.unknown) == (8, 0)
     first = GpuLatest.objects.get(gpu=gpus["GPU-c4529c8d-69c4-b61d-e0bc-7b2460096005"])  # gpu="0"
     assert (first.gpu_temp_c, first.power_w) == (30, pytest.approx(113.611, rel=1e-6))
@@ -141,6 +143,7 @@ def test_unknown_gpus_are_counted_per_source_never_written():
     assert result.unknown_examples == ["GPU-0f0e0d0c-1111-2222-3333-444455556666"]
     services.telemetry_ingest(source=src, content=text, fmt="prometheus")
     src.refresh_from_db()
+    services.telemetry_merge()
     assert (src.last_unknown, src.unknown_total, src.samples_total) == (1, 2, 2)
     assert src.unknown_examples == ["GPU-0f0e0d0c-1111-2222-3333-444455556666"]
     assert raw_count() == 2
@@ -180,6 +183,7 @@ def test_values_out_of_range_are_dropped_and_counted():
             f'DCGM_FI_DEV_POWER_USAGE{{UUID="{gpu.uuid}"}} 250.5\n')
     result = services.telemetry_ingest(source=None, content=body, fmt="prometheus")
     assert result.samples == 1
+    services.telemetry_merge()
     assert result.rejected == {"nan": 1, "sentinel": 1}
     latest = GpuLatest.objects.get(gpu=gpu)
     assert (latest.gpu_temp_c, latest.mem_temp_c, latest.power_w) == (None, None, 250.5)
@@ -266,9 +270,9 @@ def test_scrape_a_failing_and_a_hanging_endpoint_do_not_block_a_good_one(exporte
     claimed = services.scrape_claim(now=timezone.now(), limit=10)
     assert sorted(claimed) == sorted([hang.pk, fail.pk, good.pk])
     started = time.monotonic()
-    for source_id in claimed:  # what the worker runs, one task per source
-        tasks.telemetry_scrape_one_task(source_id)
+    assert tasks.telemetry_scrape_many_task(claimed) == 2  # what the worker runs: one task for the group
     assert time.monotonic() - started < 3
+    services.telemetry_merge()
     for src in (hang, fail, good):
         src.refresh_from_db()
     assert good.last_error == "" and good.last_samples == 2 and good.last_ok_at is not None
@@ -291,13 +295,15 @@ def test_scrape_claims_respect_the_concurrency_cap():
     IngestSource.objects.filter(name="s0").update(enabled=False)
 
 
-def test_scrape_beat_task_sends_one_message_per_claimed_source(monkeypatch, django_capture_on_commit_callbacks):
+def test_scrape_beat_task_sends_the_claimed_sources_in_groups(monkeypatch, django_capture_on_commit_callbacks):
     sent = []
-    monkeypatch.setattr(tasks.telemetry_scrape_one_task, "delay", sent.append)
-    ids = [source(f"b{n}", kind=IngestKind.SCRAPE, url=f"http://127.0.0.1:9/{n}").pk for n in range(2)]
+    monkeypatch.setattr(tasks.telemetry_scrape_many_task, "delay", sent.append)
+    monkeypatch.setattr(services, "SCRAPE_GROUP", 2)
+    ids = [source(f"b{n}", kind=IngestKind.SCRAPE, url=f"http://127.0.0.1:9/{n}").pk for n in range(5)]
     with django_capture_on_commit_callbacks(execute=True):
-        assert tasks.telemetry_scrape_task() == 2
-    assert sorted(sent) == sorted(ids)
+        assert tasks.telemetry_scrape_task() == 5
+    assert [len(group) for group in sent] == [2, 2, 1]
+    assert sorted(i for group in sent for i in group) == sorted(ids)
 
 
 def test_demo_backfill_writes_history_and_registers_the_exporter():
@@ -314,3 +320,44 @@ def test_demo_backfill_writes_history_and_registers_the_exporter():
     assert Rollup5m.objects.count() == 4 * 24
     assert RollupGroup5m.objects.filter(level="rack", group_id=rack.pk).count() == 24
     assert IngestSource.objects.get(name="demo-exporter").url == "http://127.0.0.1:9400/metrics"
+
+
+# --- many bodies, one write ---------------------------------------------------------------------------------------
+
+@pytest.mark.sqlite
+def test_many_bodies_one_write_a_bad_body_is_refused_alone():
+    """Bodies from three sources in one call: the one that does not parse is refused whole and its error is
+    recorded on its own source; the other two are written (one write) and recorded as ok."""
+    nodes = [factories.server(hostname=f"node-0002{n}") for n in range(3)]
+    gpus = [[factories.gpu(node) for _ in range(2)] for node in nodes]
+    bodies = [dcgm_text_for([(g.uuid, node.hostname, g.pci_bus_id, "NVIDIA H100 80GB HBM3") for g in node_gpus],
+                            seed=n).encode() for n, (node, node_gpus) in enumerate(zip(nodes, gpus, strict=True))]
+    bodies[1] = bodies[1] + b"not a sample line\n"  # a parse error after good lines: nothing of it is written
+    sources = [source(f"node-{n}", kind=IngestKind.SCRAPE, url=f"http://node-{n}:9400/metrics") for n in range(3)]
+    outcomes = services.telemetry_ingest_many(items=[services.IngestItem(src, body) for src, body in
+                                                     zip(sources, bodies, strict=True)])
+    assert [type(outcome).__name__ for outcome in outcomes] == ["IngestResult", "TelemetryParseError", "IngestResult"]
+    assert outcomes[0].samples == outcomes[2].samples == 2
+    services.telemetry_merge()
+    assert raw_count() == 4
+    assert set(GpuLatest.objects.values_list("gpu_id", flat=True)) == {g.pk for g in gpus[0] + gpus[2]}
+    for src in sources:
+        src.refresh_from_db()
+    assert (sources[0].last_samples, sources[0].last_error, sources[2].samples_total) == (2, "", 2)
+    assert sources[1].last_error.startswith("syntax: line") and sources[1].last_ok_at is None
+    assert sources[1].samples_total == 0 and sources[1].last_attempt_at is not None
+
+
+def test_scrape_group_fetches_concurrently_and_records_each_source(exporter):
+    node = factories.server(hostname="node-00030")
+    gpus = [factories.gpu(node) for _ in range(2)]
+    exporter.gpus = [(g.uuid, "node-00030", g.pci_bus_id, "NVIDIA H100 80GB HBM3") for g in gpus]
+    hangs = [source(f"hang{n}", kind=IngestKind.SCRAPE, url=f"{exporter.url}/hang", timeout_s=0.5) for n in range(3)]
+    good = source("good2", kind=IngestKind.SCRAPE, url=f"{exporter.url}/metrics")
+    started = time.monotonic()
+    outcomes = services.sources_scrape(sources=[*hangs, good], threads=4)
+    assert time.monotonic() - started < 1.5  # three 0.5 s timeouts side by side, not one after another
+    assert [isinstance(outcome, services.IngestResult) for outcome in outcomes] == [False, False, False, True]
+    good.refresh_from_db()
+    assert good.last_samples == 2 and good.last_error == ""
+    assert all("timed out" in IngestSource.objects.get(pk=h.pk).last_error.lower() for h in hangs)

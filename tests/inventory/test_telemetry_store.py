@@ -16,7 +16,7 @@ from inventory.telemetry import partitions
 from inventory.telemetry.models import GpuLatest, Rollup1h, Rollup5m, RollupCursor, RollupGroup5m, XidEvent
 from inventory.telemetry.rollup import rollup_range, rollup_tick
 from inventory.telemetry.services import identity_cache_clear
-from inventory.telemetry.store import SampleRow, get_store
+from inventory.telemetry.store import SampleRow, WriteResult, get_store
 from tests import factories
 
 pytestmark = pytest.mark.django_db
@@ -40,9 +40,15 @@ def row(gpu_id: int, ts: dt.datetime, temp: int = 60, power: float = 400.0, mask
     return SampleRow(ts, gpu_id, power, mask, temp, temp + 5, 90 - temp, clock, **fields)
 
 
-def write(rows: list[SampleRow]):
+def write(rows: list[SampleRow]) -> WriteResult:
+    """One batch through the store, then the merge (PostgreSQL): what a reader sees after the next merge."""
     with transaction.atomic():
-        return get_store().write_samples(rows)
+        written = get_store().write_samples(rows)
+    merged = get_store().merge()
+    if connection.vendor != "postgresql":
+        return written
+    assert merged.samples == written.samples
+    return WriteResult(merged.samples, merged.counter_rows, merged.xid_events)
 
 
 def count(table: str) -> int:
@@ -137,15 +143,111 @@ def test_raw_sample_costs_at_most_70_bytes_on_disk(gpus):
 def test_batch_is_all_or_nothing(gpus, monkeypatch):
     from inventory.telemetry import store
 
-    # The raw rows, the counter row and the XID event are written before the latest-value step fails.
-    monkeypatch.setattr(store, "SQL_LATEST_UPDATE", "UPDATE telemetry_gpulatest SET no_such_column = %s")
     rows = [row(gpus[0].pk, T0), row(gpus[1].pk, T0, ecc_sbe=4, xid=79)]
+    if connection.vendor == "postgresql":
+        # The ingest write is one COPY into the inbox: a row that cannot be sent sends none of the batch.
+        bad = row(gpus[2].pk, T0)._replace(gpu_temp_c="hot")
+        with pytest.raises(Exception), transaction.atomic():  # noqa: B017,PT011 - psycopg's dump error
+            get_store().write_samples([*rows, bad])
+        assert count("telemetry_inbox") == 0
+        # The merge is one transaction too: a failing step (here the latest values) merges nothing and
+        # leaves the inbox whole for the next merge.
+        steps = dict(store.MERGE_STEPS)
+        steps["latest_update"] = "UPDATE telemetry_gpulatest SET no_such_column = 1"
+        monkeypatch.setattr(store, "MERGE_STEPS", tuple(steps.items()))
+    else:
+        # The raw rows, the counter row and the XID event are written before the latest-value step fails.
+        monkeypatch.setattr(store, "SQL_LATEST_UPDATE", "UPDATE telemetry_gpulatest SET no_such_column = %s")
     with pytest.raises(Exception):  # noqa: B017,PT011 - the database's own error, whichever backend
         write(rows)
     assert count("telemetry_sample") == 0
     assert count("telemetry_counter") == 0
     assert not GpuLatest.objects.exists()
     assert not XidEvent.objects.exists()
+    if connection.vendor == "postgresql":
+        assert count("telemetry_inbox") == 2
+        monkeypatch.undo()
+        merged = get_store().merge()
+        assert (merged.samples, merged.counter_rows, merged.xid_events, merged.gpus) == (2, 1, 1, 2)
+        assert count("telemetry_inbox") == 0
+        assert get_store().merge().samples == 0  # idempotent: nothing left to merge
+
+
+@postgres_only
+def test_merge_drops_rows_of_gpus_deleted_since_ingest(gpus):
+    with transaction.atomic():
+        get_store().write_samples([row(gpus[0].pk, T0), row(gpus[2].pk + 1000, T0, xid=79)])  # no such GPU now
+    merged = get_store().merge()
+    assert (merged.samples, merged.deleted_gpus, merged.xid_events) == (1, 1, 0)
+    assert list(GpuLatest.objects.values_list("gpu_id", flat=True)) == [gpus[0].pk]
+
+
+# Counter and XID-gauge scenarios: (counters and xid per scrape, 30 s apart).
+SCRAPES = [
+    dict(ecc_sbe=5, ecc_dbe=0, pcie_replay=10, remap_failure=False, xid=0),  # baseline: a row, deltas 0
+    dict(ecc_sbe=5, ecc_dbe=0, pcie_replay=10, remap_failure=False, xid=79),  # nothing changed; XID 79
+    dict(ecc_sbe=8, ecc_dbe=0, pcie_replay=None, remap_failure=False, xid=79),  # +3; missing is no change; same XID
+    dict(ecc_sbe=2, ecc_dbe=0, pcie_replay=10, remap_failure=True, xid=79),  # reset: delta 2; flag flipped
+    dict(ecc_sbe=2, ecc_dbe=0, pcie_replay=12, remap_failure=True, xid=48),  # +2 replays; XID 48
+    dict(ecc_sbe=2, ecc_dbe=0, pcie_replay=12, remap_failure=True, xid=0),
+    dict(ecc_sbe=2, ecc_dbe=0, pcie_replay=12, remap_failure=True, xid=None),  # no XID reading: no change
+    dict(ecc_sbe=3, ecc_dbe=0, pcie_replay=1, remap_failure=True, xid=48),  # +1; replays reset; 48 again
+    dict(ecc_sbe=3, ecc_dbe=0, pcie_replay=1, remap_failure=True, xid=13),  # application XID
+]
+COUNTER_ROWS = [(5, 0, 10, 0, False), (8, 3, 10, 0, False), (2, 2, 10, 0, True), (2, 0, 12, 2, True),
+                (3, 1, 1, 1, True)]
+XIDS = [(79, True), (48, True), (48, True), (13, False)]
+
+
+def _history(gpu_id: int) -> tuple[list, list, tuple]:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT ecc_sbe, d_ecc_sbe, pcie_replay, d_pcie_replay, remap_failure FROM telemetry_counter "
+                       "WHERE gpu_id = %s ORDER BY ts", [gpu_id])
+        counters = [tuple(r[:4]) + (bool(r[4]),) for r in cursor.fetchall()]
+    xids = list(XidEvent.objects.filter(gpu_id=gpu_id).order_by("at").values_list("xid", "hardware"))
+    latest = GpuLatest.objects.filter(gpu_id=gpu_id).values_list(
+        "ts", "gpu_temp_c", "ecc_sbe", "pcie_replay", "remap_failure", "last_xid", "last_xid_at").get()
+    return counters, xids, latest
+
+
+@pytest.mark.sqlite
+@pytest.mark.parametrize("merges", ["after each scrape", "one for all", "every third scrape", "scrapes in one batch"])
+def test_counters_xid_gauge_and_latest_whatever_the_merges(gpus, merges):
+    """Counter deltas (with resets), flags and the XID gauge come out the same whether every scrape is merged
+    on its own, several scrapes are merged at once, or come in one batch: deltas and changes are against the
+    GPU's previous row in the merge, the first against the latest values."""
+    gpu = gpus[0].pk
+    rows = [row(gpu, T0 + dt.timedelta(seconds=30 * i), temp=50 + i, **c) for i, c in enumerate(SCRAPES)]
+    rows.append(row(gpus[1].pk, T0, ecc_sbe=1))  # another GPU in the same merges
+    if merges == "scrapes in one batch":
+        write(rows[::-1])
+    else:
+        every = {"after each scrape": 1, "one for all": len(rows), "every third scrape": 3}[merges]
+        for i, sample in enumerate(rows):
+            with transaction.atomic():
+                get_store().write_samples([sample])
+            if (i + 1) % every == 0:
+                get_store().merge()
+        get_store().merge()
+    counters, xids, latest = _history(gpu)
+    assert counters == COUNTER_ROWS
+    assert xids == XIDS
+    last = T0 + dt.timedelta(seconds=30 * 8)
+    assert latest == (last, 58, 3, 1, True, 13, last)
+    assert count("telemetry_sample") == len(rows)
+    # A late row (older than the latest) is stored raw and leaves the latest values alone.
+    write([row(gpu, T0 - dt.timedelta(seconds=30), temp=20, ecc_sbe=3, pcie_replay=1, remap_failure=True, xid=13)])
+    assert _history(gpu)[2] == latest
+
+
+@pytest.mark.sqlite
+def test_xid_gauge_across_merges_compares_with_the_latest_value(gpus):
+    gpu = gpus[0].pk
+    assert write([row(gpu, T0, xid=79)]).xid_events == 1
+    assert write([row(gpu, T0 + dt.timedelta(seconds=30), xid=79),
+                  row(gpu, T0 + dt.timedelta(seconds=60), xid=79)]).xid_events == 0  # same gauge, next merge
+    assert write([row(gpu, T0 + dt.timedelta(seconds=90), xid=0),
+                  row(gpu, T0 + dt.timedelta(seconds=120), xid=79)]).xid_events == 1
 
 
 @pytest.mark.sqlite
@@ -271,3 +373,56 @@ def test_rollup_tick_is_incremental_and_keeps_late_data_within_the_grace(gpus):
     result = rollup_tick(now=T0 + dt.timedelta(hours=1, minutes=3), grace=grace)
     assert result["1h"] == 1
     assert Rollup1h.objects.get(gpu=gpus[0], bucket=T0).n_samples == 2
+
+
+# --- inbox and merge under concurrency (real commits, two connections) -------------------------------------------
+
+@postgres_only
+@pytest.mark.django_db(transaction=True)
+def test_merge_runs_safely_alongside_ingest_and_itself():
+    """One thread writes 40 batches into the inbox while two others merge in a loop: every sample lands in the
+    raw table exactly once, and the XID gauge (changing every 10th batch) gives exactly one event per change."""
+    import threading
+
+    from django.db import connections
+
+    server = factories.server()
+    gpus = [factories.gpu(server).pk for _ in range(4)]
+    batches = 40
+    done = threading.Event()
+    errors: list[BaseException] = []
+
+    def writer() -> None:
+        try:
+            for b in range(batches):
+                with transaction.atomic():
+                    get_store().write_samples([row(g, T0 + dt.timedelta(seconds=15 * b), xid=70 + b // 10)
+                                               for g in gpus])
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+        finally:
+            done.set()
+            connections.close_all()
+
+    def merger() -> None:
+        try:
+            while not done.is_set():
+                get_store().merge()
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=writer), threading.Thread(target=merger), threading.Thread(target=merger)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert not errors
+    get_store().merge()
+    assert count("telemetry_inbox") == 0
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*), count(DISTINCT (gpu_id, ts)) FROM telemetry_sample")
+        assert cursor.fetchone() == (batches * len(gpus), batches * len(gpus))
+    assert XidEvent.objects.count() == 4 * len(gpus)  # 70, 71, 72, 73 per GPU
+    assert set(GpuLatest.objects.values_list("ts", "last_xid")) == {(T0 + dt.timedelta(seconds=15 * 39), 73)}
