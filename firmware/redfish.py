@@ -290,18 +290,23 @@ class BmcClient:
         return int(response.status)
 
     def reset(self, kind: str, *, related: list[str] | None = None) -> int:
-        """The reset an activation kind needs. For a BMC reset, the managers named by the updated items'
-        ``RelatedItem`` are reset (else the first manager)."""
+        """The reset an activation kind needs. For a BMC reset, the managers the updated items' ``RelatedItem``
+        point to (``/Managers/<id>``, or a chassis named like a manager: ``/Chassis/HGX_BMC_0``) are reset, else
+        the first manager; other resets go to the first system or chassis."""
         collection, action, reset_type = RESET_ACTIONS[kind]
-        if collection not in self._collections:
-            self._collections[collection] = self._members(f"{ROOT}/{collection}")
-        members = self._collections[collection]
-        if not members:
-            raise BmcError(f"no {collection} to reset", error_class=ErrorClass.FIRMWARE)
-        chosen = [members[0]]
-        if kind == "bmc_reset" and related:
-            names = {r.rstrip("/").rsplit("/", 1)[-1] for r in related}
-            chosen = [m for m in members if m.rstrip("/").rsplit("/", 1)[-1] in names] or chosen
+        direct = [r for r in related or [] if f"{ROOT}/Managers/" in r] if kind == "bmc_reset" else []
+        if direct and len(direct) == len(related or []):
+            chosen = direct  # the items name their managers: no collection read
+        else:
+            if collection not in self._collections:
+                self._collections[collection] = self._members(f"{ROOT}/{collection}")
+            members = self._collections[collection]
+            if not members:
+                raise BmcError(f"no {collection} to reset", error_class=ErrorClass.FIRMWARE)
+            chosen = [members[0]]
+            if kind == "bmc_reset" and related:
+                names = {r.rstrip("/").rsplit("/", 1)[-1] for r in related}
+                chosen = [m for m in members if m.rstrip("/").rsplit("/", 1)[-1] in names] or chosen
         status = 0
         for member in chosen:
             path = f"{_strip_prefix(self.url, member)}/Actions/{action}"

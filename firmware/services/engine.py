@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import uuid
 import zlib
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
@@ -267,6 +268,7 @@ class _Context:
         current item, or its next activation action): ``_record`` for the whole chunk at once."""
         planned: list[TargetStep] = []
         now = timezone.now()
+        token = f"recorded by chunk {uuid.uuid4().hex}"  # tells our inserts from a concurrent step's
         for t in targets:
             recorded = self.steps[t.pk]
             if t.state == TargetState.STAGING and t.item_index < len(t.work):
@@ -274,13 +276,13 @@ class _Context:
                 key = f"{t.pk}:{item['release']}:update"
                 if key not in recorded:
                     planned.append(TargetStep(target=t, release_id=item["release"], kind="update", idem_key=key,
-                                              requested_at=now))
+                                              requested_at=now, messages=[token]))
             elif t.state == TargetState.ACTIVATING:
                 for action in _activation_actions(t.work):
                     key = f"{t.pk}:{action}"
                     if key not in recorded:
                         planned.append(TargetStep(target=t, kind="activate" if action == "activate" else "reset",
-                                                  idem_key=key, requested_at=now))
+                                                  idem_key=key, requested_at=now, messages=[token]))
                         break
                     if recorded[key].response_status is None:
                         break  # recorded, never confirmed: sent again below, no new record
@@ -294,7 +296,8 @@ class _Context:
         keys = [p.idem_key for p in planned]
         for step in TargetStep.objects.filter(idem_key__in=keys):
             self.steps[step.target_id][step.idem_key] = step
-            self.fresh.add(step.idem_key)
+            if step.messages == [token]:  # inserted by this chunk (ignore_conflicts hides which rows were)
+                self.fresh.add(step.idem_key)
 
     def step(self, target: RolloutTarget, key: str) -> tuple[TargetStep | None, bool]:
         """(the recorded step for ``key``, whether it was recorded by this chunk and not sent yet)."""
@@ -548,7 +551,8 @@ def _precheck(target: RolloutTarget, ctx: _Context) -> Outcome:
     for component, inventory_id, _ in mapped:
         by_component[component].append(inventory_id)
     wanted_ids = sorted({i for item in items for i in by_component.get(item.component, [])})
-    versions = client.versions(wanted_ids)
+    docs = dict(zip(wanted_ids, client.inventory(wanted_ids), strict=True))
+    versions = {i: str(doc.get("Version") or "") for i, doc in docs.items()}
     work, before, problems = [], {}, []
     for item in items:
         release = item.release
@@ -575,7 +579,9 @@ def _precheck(target: RolloutTarget, ctx: _Context) -> Outcome:
         work.append({"release": release.pk, "component": item.component, "version": release.version,
                      "image": release.image_url or (release.image_file.url if release.image_file else ""),
                      "method": method,
-                     "activation": spec.activation if spec else "none", "targets": stale, "verify": inv})
+                     "activation": spec.activation if spec else "none", "targets": stale, "verify": inv,
+                     "related": sorted({r["@odata.id"] for i in stale for r in docs[i].get("RelatedItem") or []
+                                        if isinstance(r, dict) and r.get("@odata.id")})})
     if problems:
         return _fail(target, ErrorClass.FIRMWARE, "precheck: " + "; ".join(problems), [], before=before)
     if not work:
@@ -787,7 +793,7 @@ def _send_action(client: Any, action: str, work: list[dict[str, Any]]) -> int:
     if action == "activate":
         return client.activate(sorted({t for w in work for t in w["targets"]}))
     kind = action.split(":", 1)[1]
-    related = sorted({t for w in work if w["activation"] == kind for t in w["targets"]})
+    related = sorted({r for w in work if w["activation"] == kind for r in w.get("related", [])})
     return client.reset(kind, related=related)
 
 

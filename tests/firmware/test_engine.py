@@ -201,3 +201,18 @@ def test_the_demo_rollout_progresses_against_the_simulator(users, drive, make_us
         rollout = drive(rollout, lambda r: r.state == RolloutState.COMPLETED or r.state == RolloutState.PAUSED,
                         timeout=90)
     assert rollout.state == RolloutState.COMPLETED, rollout.pause_reason
+
+
+def test_redfish_driver_resets_the_manager_an_item_belongs_to(settings):
+    """The HMC image (HGX_FW_BMC_0, RelatedItem /Chassis/HGX_BMC_0) activates on the HGX_BMC_0 manager's reset,
+    not the host BMC's."""
+    settings.FLEET_BMC_TIMEOUT = 2
+    with running_simulator(bmcs=1, task_seconds=0, bmc_reset_seconds=0, seed=1) as sim:
+        client = redfish.BmcClient(sim.bmc_url("bmc-0001"))
+        accepted = client.update(image_uri="http://fw.example/HGX-22.10-1-rc70.fwpkg", targets=["HGX_FW_BMC_0"],
+                                 stage=False)
+        assert accepted.task is not None and accepted.task.ok
+        related = [r["@odata.id"] for r in client.inventory(["HGX_FW_BMC_0"])[0]["RelatedItem"]]
+        assert client.versions(["HGX_FW_BMC_0"]) == {"HGX_FW_BMC_0": "HGX-22.10-1-rc67"}  # not active yet
+        client.reset("bmc_reset", related=related)
+        assert client.versions(["HGX_FW_BMC_0"]) == {"HGX_FW_BMC_0": "HGX-22.10-1-rc70"}
