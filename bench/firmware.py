@@ -89,7 +89,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--gpus", type=int, default=100_000)
     parser.add_argument("--engine-targets", type=int, default=2000, help="servers the engine updates (default 2000)")
-    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--workers", type=int, default=2, help="worker processes (default 2)")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="threads per worker process (--pool threads; default 1: --pool solo)")
     parser.add_argument("--reuse", action="store_true", help="keep the bench database if it is seeded")
     parser.add_argument("--profile", action="store_true", help="cProfile one worker's steps (to var/)")
     args = parser.parse_args()
@@ -234,7 +236,8 @@ def engine_throughput(args: argparse.Namespace, url: str, broker: str, operator,
         rollout = svc.rollout_approve(rollout=svc.rollout_submit(rollout=rollout, actor=operator), actor=approver)
         env = {**os.environ, "DATABASE_URL": url, "REDIS_URL": broker}
         for w in range(args.workers):
-            command = [sys.executable, "-m", "celery", "-A", "fleet", "worker", "--pool", "solo", "--loglevel",
+            pool = ["--pool", "threads", "--concurrency", str(args.threads)] if args.threads > 1 else ["--pool", "solo"]
+            command = [sys.executable, "-m", "celery", "-A", "fleet", "worker", *pool, "--loglevel",
                        "WARNING", "-n", f"bench{w}@%h", "--without-heartbeat", "--without-gossip",
                        "--without-mingle"]
             workers.append(subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL,  # noqa: S603

@@ -260,8 +260,13 @@ class _Context:
         self.fresh: set[str] = set()  # keys recorded by this chunk: their side effect is still to send
 
     def load_steps(self, targets: list[RolloutTarget]) -> None:
-        for step in TargetStep.objects.filter(target_id__in=[t.pk for t in targets]):
-            self.steps[step.target_id][step.idem_key] = step
+        """The recorded steps of the chunk's targets, by their possible keys: an equality lookup on the unique
+        ``idem_key`` index, whatever the table's statistics say (a target_id IN list seq-scanned a table that grew
+        during the benchmark)."""
+        keys = [key for t in targets for key in _step_keys(t)]
+        for start in range(0, len(keys), 1000):
+            for step in TargetStep.objects.filter(idem_key__in=keys[start:start + 1000]):
+                self.steps[step.target_id][step.idem_key] = step
 
     def record_planned(self, targets: list[RolloutTarget]) -> None:
         """Record, in one flushed transaction, the side effect each target is about to send (an update of its
@@ -755,6 +760,14 @@ class _AlreadyApplied(Outcome):
     def __init__(self, applied: int) -> None:
         super().__init__(state="")
         self.applied = applied
+
+
+def _step_keys(target: RolloutTarget) -> list[str]:
+    """Every idempotency key a target's steps may have recorded (one update per bundle item, the activation
+    actions)."""
+    work = target.work or []
+    return ([f"{target.pk}:{item['release']}:update" for item in work]
+            + [f"{target.pk}:{action}" for action in _activation_actions(work)] if work else [])
 
 
 def _activation_actions(work: list[dict[str, Any]]) -> list[str]:
