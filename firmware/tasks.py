@@ -1,4 +1,6 @@
-"""Celery tasks of the firmware app: thin adapters over ``firmware.services.engine`` (docs/firmware.md)."""
+"""Celery tasks of the firmware app: thin adapters over the services (the engine: docs/firmware.md)."""
+
+from typing import Any
 
 from celery import shared_task
 from django.db import OperationalError
@@ -32,3 +34,13 @@ def rollout_steps_task(steps: list[list[int]]) -> int:
 def rollout_step_task(target_id: int, version: int) -> int:
     """One step of one target at ``version`` (the single-target form of ``rollout_steps_task``)."""
     return rollout_steps_task([[target_id, version]])
+
+
+@shared_task
+def compliance_recompute_task() -> dict[str, Any]:
+    """Rewrite the compliance tables (beat: every 10 minutes). Safe to run twice: each run rewrites the whole
+    table under an advisory lock."""
+    from firmware.services.compliance import compliance_recompute
+
+    with audit_source(AuditSource.WORKER):
+        return compliance_recompute()

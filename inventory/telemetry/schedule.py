@@ -14,5 +14,5 @@ BEAT_SCHEDULE: dict[str, dict] = {
     # Creates partitions ahead, drops expired ones.
     "telemetry-partitions": {"task": "inventory.telemetry.tasks.telemetry_partitions_task", "schedule": 3600.0},
     # Raises, refreshes and clears health flags (RMA criteria, error-rate and thermal outliers), set-based.
-    "health-evaluate": {"task": "inventory.telemetry.tasks_health.health_evaluate_task", "schedule": 300.0},
+    "health-evaluate": {"task": "inventory.telemetry.tasks.health_evaluate_task", "schedule": 300.0},
 }

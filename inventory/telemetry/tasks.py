@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+from typing import Any
 
 from celery import shared_task
 from django.conf import settings
@@ -12,6 +13,7 @@ from django.utils import timezone
 from fleet.audit import audit_source
 from fleet.models import AuditSource
 from inventory.telemetry import partitions, rollup, services
+from inventory.telemetry.health import health_evaluate
 from inventory.telemetry.models import IngestSource
 
 
@@ -70,3 +72,11 @@ def telemetry_partitions_task() -> dict[str, list[str]]:
                                           ahead_days=settings.FLEET_TELEMETRY_PARTITIONS_AHEAD,
                                           raw_days=settings.FLEET_TELEMETRY_RAW_DAYS,
                                           rollup_days=settings.FLEET_TELEMETRY_5M_DAYS)
+
+
+@shared_task
+def health_evaluate_task() -> dict[str, Any]:
+    """Beat, every 5 minutes: evaluate every GPU's health flags. Safe to run twice (an advisory lock serialises
+    runs; same result)."""
+    with audit_source(AuditSource.WORKER):
+        return health_evaluate()
