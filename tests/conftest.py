@@ -1,7 +1,14 @@
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 from django.contrib.auth import get_user_model
 
 from fleet.roles import ROLES, user_set_role
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture
@@ -48,3 +55,28 @@ def api(users):
         return client
 
     return make
+
+
+@pytest.fixture
+def celery_worker_process(transactional_db):
+    """A real Celery worker process (``--pool solo``) on this test database and settings.REDIS_URL. A test that
+    uses it is marked ``celery`` and skipped without REDIS_URL."""
+    import redis
+    from django.conf import settings
+    from django.db import connection
+
+    redis.Redis.from_url(settings.REDIS_URL).delete("celery")  # drop messages left by earlier runs
+    db = connection.settings_dict
+    env = {**os.environ, "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}",
+           "REDIS_URL": settings.REDIS_URL}
+    proc = subprocess.Popen(  # noqa: S603 - our own interpreter
+        [sys.executable, "-m", "celery", "-A", "fleet", "worker", "--pool", "solo", "--loglevel", "WARNING",
+         "--without-heartbeat", "--without-gossip", "--without-mingle"],
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    yield proc
+    proc.terminate()
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()

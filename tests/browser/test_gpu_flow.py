@@ -4,51 +4,21 @@ to another state with a reason, see the new state and the history row; then a bu
 
 from __future__ import annotations
 
-import os
 import re
-from pathlib import Path
 
 import pytest
 
 from fleet import celery_app
 from fleet.models import Job, JobStatus
 from tests import factories
-
-os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"  # Playwright's sync API runs an event loop in this thread
+from tests.browser.helpers import CHROMIUM, login, shot
 
 playwright = pytest.importorskip("playwright.sync_api")
-
-CHROMIUM = Path("/usr/bin/chromium")
-SHOTS = Path("/tmp/fleet-shots")  # noqa: S108 - where the brief wants the screenshots
-PASSWORD = "pw-for-tests-only"  # noqa: S105 - the conftest's test password
 
 pytestmark = [
     pytest.mark.browser,
     pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium (make chromium)"),
 ]
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with playwright.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=[
-            "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-            "--disable-sync", "--no-first-run"])
-        yield browser
-        browser.close()
-
-
-@pytest.fixture
-def page(browser):
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    context = browser.new_context(viewport={"width": 1440, "height": 900})
-    page = context.new_page()
-    page.set_default_timeout(10_000)
-    errors: list[str] = []
-    page.on("pageerror", lambda exc: errors.append(str(exc)))
-    yield page
-    context.close()
-    assert not errors, f"JavaScript errors: {errors}"
 
 
 @pytest.fixture
@@ -67,20 +37,6 @@ def eager_celery():
     celery_app.conf.task_always_eager = True
     yield
     celery_app.conf.task_always_eager = previous
-
-
-def shot(page, name: str) -> None:
-    page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
-
-
-def login(page, base: str, username: str, next_path: str) -> None:
-    page.goto(f"{base}{next_path}")
-    assert "/login/" in page.url  # every page needs a login
-    shot(page, "01-login")
-    page.fill("#id_username", username)
-    page.fill("#id_password", PASSWORD)
-    page.click("button:has-text('Log in')")
-    page.wait_for_url(re.compile(re.escape(next_path) + "$"))
 
 
 def test_operator_filters_opens_and_transitions_a_gpu(live_server, page, small_fleet, make_user):

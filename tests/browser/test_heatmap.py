@@ -4,17 +4,14 @@ opens its side panel with uPlot charts, and the GPU link leads to the GPU page. 
 from __future__ import annotations
 
 import datetime as dt
-import os
 
 import pytest
 from django.utils import timezone
 
 from inventory.telemetry.rollup import FIVE_MIN, floor
 from tests import factories
-from tests.browser.test_gpu_flow import CHROMIUM, browser, login, page, shot  # noqa: F401 - fixtures
+from tests.browser.helpers import CHROMIUM, login, shot
 from tests.inventory.test_health import hours_of, sample, write
-
-os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"  # Playwright's sync API runs an event loop in this thread
 
 playwright = pytest.importorskip("playwright.sync_api")
 
@@ -40,7 +37,7 @@ def hot_fleet(transactional_db):
     return {"gpus": gpus, "hot": hot}
 
 
-def test_heatmap_draws_every_gpu_and_drills_down_to_a_gpu_chart(live_server, page, hot_fleet, make_user):  # noqa: F811
+def test_heatmap_draws_every_gpu_and_drills_down_to_a_gpu_chart(live_server, page, hot_fleet, make_user):
     expect = playwright.expect
     viewer = make_user("viewer", username="hm-viewer")
     login(page, live_server.url, viewer.username, "/telemetry/heatmap/")

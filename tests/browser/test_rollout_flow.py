@@ -6,7 +6,6 @@ ticks like beat. Screenshots go to /tmp/fleet-shots/."""
 
 from __future__ import annotations
 
-import os
 import re
 import threading
 
@@ -16,11 +15,8 @@ from django.db import connection, transaction
 
 from firmware.models import Rollout, RolloutState, TargetState
 from firmware.simulator.testing import running_simulator
-from tests.browser.test_gpu_flow import CHROMIUM, SHOTS, browser, login, shot  # noqa: F401 - browser: a fixture
+from tests.browser.helpers import CHROMIUM, login, shot
 from tests.firmware import fw_factories, rollout_fleet
-from tests.inventory.test_bulk_worker import celery_worker_process  # noqa: F401 - the real worker fixture
-
-os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"  # Playwright's sync API runs an event loop in this thread
 
 playwright = pytest.importorskip("playwright.sync_api")
 
@@ -33,28 +29,8 @@ pytestmark = [
 
 
 @pytest.fixture
-def new_page(browser):  # noqa: F811 - the fixture imported above
-    """``new_page()``: a page in its own browser context (its own login); JavaScript errors fail the test."""
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    contexts, errors = [], []
-
-    def make():
-        context = browser.new_context(viewport={"width": 1440, "height": 900})
-        contexts.append(context)
-        page = context.new_page()
-        page.set_default_timeout(15_000)
-        page.on("pageerror", lambda exc: errors.append(str(exc)))
-        return page
-
-    yield make
-    for context in contexts:
-        context.close()
-    assert not errors, f"JavaScript errors: {errors}"
-
-
-@pytest.fixture
 def worker(monkeypatch, request):
-    """A real Celery worker process (tests.inventory's fixture) with short BMC timeouts and leases."""
+    """A real Celery worker process (the conftest's fixture) with short BMC timeouts and leases."""
     monkeypatch.setenv("FLEET_BMC_TIMEOUT", "2")
     monkeypatch.setenv("FLEET_ROLLOUT_LEASE_SECONDS", "5")
     return request.getfixturevalue("celery_worker_process")

@@ -1,16 +1,11 @@
 """A bulk transition above the sync limit runs as a job on a real Celery worker process over Redis."""
 
 import datetime as dt
-import os
 import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
-import redis
 from django.conf import settings
-from django.db import connection
 
 from fleet import jobs
 from fleet.jobs import job_run_chunk, job_start
@@ -23,26 +18,6 @@ pytestmark = [
     pytest.mark.celery,
     pytest.mark.skipif(not settings.REDIS_URL, reason="needs REDIS_URL (a real broker)"),
 ]
-ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture
-def celery_worker_process(transactional_db):
-    redis.Redis.from_url(settings.REDIS_URL).delete("celery")  # drop messages left by earlier runs
-    db = connection.settings_dict
-    env = {**os.environ, "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}",
-           "REDIS_URL": settings.REDIS_URL}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "fleet", "worker", "--pool", "solo", "--loglevel", "WARNING",
-         "--without-heartbeat", "--without-gossip", "--without-mingle"],
-        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )
-    yield proc
-    proc.terminate()
-    try:
-        proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        proc.kill()
 
 
 def _wait_for(job: Job, proc: subprocess.Popen, timeout: float = 90) -> Job:
