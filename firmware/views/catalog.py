@@ -5,6 +5,7 @@ approve baselines and move releases between channels (the API enforces the same 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from django import forms
@@ -43,6 +44,32 @@ def _errors_to_form(form: forms.Form, exc: ValidationError) -> None:
         form.add_error(name if name in form.fields else None, errors)
 
 
+def _form_create(request: HtmxHttpRequest, form: forms.Form, create: Callable[..., Any], created: str) -> Any:
+    """A POSTed form's data to the service ``create(actor=user, **cleaned_data)``. Returns what it created (and
+    adds the message ``created.format(obj)``), or None: the form is invalid or has the service's errors."""
+    if not form.is_valid():
+        return None
+    try:
+        obj = create(actor=request.user, **form.cleaned_data)
+    except ValidationError as exc:
+        _errors_to_form(form, exc)
+        return None
+    messages.success(request, created.format(obj))
+    return obj
+
+
+def _list_with_create_form(request: HtmxHttpRequest, template: str, context: dict[str, Any], form: forms.Form,
+                           create: Callable[..., Any], created: str) -> HttpResponse:
+    """A list page with a create form: an operator's POST goes through :func:`_form_create` and back to the
+    list; a form with errors renders with the list, status 400."""
+    if request.method == "POST":
+        if not has_role(request.user, OPERATOR):
+            return render(request, "403.html", status=403)
+        if _form_create(request, form, create, created) is not None:
+            return redirect(request.path)
+    return render(request, template, {**context, "form": form}, status=400 if form.errors else 200)
+
+
 # --- home ------------------------------------------------------------------------------------------------
 
 @viewer_required
@@ -74,6 +101,9 @@ class ReleaseForm(forms.Form):
     channel = forms.ChoiceField(choices=[(Channel.TESTING, "Testing"), (Channel.STABLE, "Stable")])
     notes = forms.CharField(widget=forms.Textarea(attrs={"rows": 3}), required=False)
 
+    def clean_size_bytes(self) -> int:
+        return self.cleaned_data["size_bytes"] or 0
+
 
 @viewer_required
 def release_list(request: HtmxHttpRequest) -> HttpResponse:
@@ -92,16 +122,9 @@ def release_list(request: HtmxHttpRequest) -> HttpResponse:
 @operator_required
 def release_create(request: HtmxHttpRequest) -> HttpResponse:
     form = ReleaseForm(request.POST or None, request.FILES or None)
-    if request.method == "POST" and form.is_valid():
-        data = dict(form.cleaned_data)
-        data["size_bytes"] = data["size_bytes"] or 0
-        try:
-            release = services.release_create(actor=request.user, **data)
-        except ValidationError as exc:
-            _errors_to_form(form, exc)
-        else:
-            messages.success(request, f"Release {release} created.")
-            return redirect("firmware-release-detail", pk=release.pk)
+    if request.method == "POST" and (release := _form_create(request, form, services.release_create,
+                                                             "Release {} created.")):
+        return redirect("firmware-release-detail", pk=release.pk)
     return render(request, "firmware/release_form.html", {"form": form}, status=400 if form.errors else 200)
 
 
@@ -150,14 +173,9 @@ def bundle_list(request: HtmxHttpRequest) -> HttpResponse:
 @operator_required
 def bundle_create(request: HtmxHttpRequest) -> HttpResponse:
     form = BundleForm(request.POST or None)
-    if request.method == "POST" and form.is_valid():
-        try:
-            bundle = services.bundle_create(actor=request.user, **form.cleaned_data)
-        except ValidationError as exc:
-            _errors_to_form(form, exc)
-        else:
-            messages.success(request, f"Bundle {bundle} created.")
-            return redirect("firmware-bundle-detail", pk=bundle.pk)
+    if request.method == "POST" and (bundle := _form_create(request, form, services.bundle_create,
+                                                            "Bundle {} created.")):
+        return redirect("firmware-bundle-detail", pk=bundle.pk)
     return render(request, "firmware/bundle_form.html", {"form": form}, status=400 if form.errors else 200)
 
 
@@ -185,20 +203,9 @@ class BaselineForm(forms.Form):
 
 @viewer_required
 def baseline_list(request: HtmxHttpRequest) -> HttpResponse:
-    form = BaselineForm(request.POST or None)
-    if request.method == "POST":
-        if not has_role(request.user, OPERATOR):
-            return render(request, "403.html", status=403)
-        if form.is_valid():
-            try:
-                baseline = services.baseline_create(actor=request.user, **form.cleaned_data)
-            except ValidationError as exc:
-                _errors_to_form(form, exc)
-            else:
-                messages.success(request, f"Baseline #{baseline.pk} proposed; an approver puts it in force.")
-                return redirect("firmware-baseline-list")
-    context = {"baselines": selectors.baseline_list()[:500], "form": form}
-    return render(request, "firmware/baseline_list.html", context, status=400 if form.errors else 200)
+    return _list_with_create_form(request, "firmware/baseline_list.html",
+                                  {"baselines": selectors.baseline_list()[:500]}, BaselineForm(request.POST or None),
+                                  services.baseline_create, "Baseline #{.pk} proposed; an approver puts it in force.")
 
 
 @approver_required
@@ -225,32 +232,23 @@ class PoolForm(forms.Form):
     hostnames = forms.CharField(widget=forms.Textarea(attrs={"rows": 3}), required=False,
                                 help_text="Servers, one hostname per line or comma-separated")
 
+    def clean(self) -> dict[str, Any]:
+        """``hostnames`` becomes ``servers``, the servers it names (each must exist)."""
+        from inventory.models import Server
+
+        data = super().clean()
+        names = {h.strip().lower() for h in data.pop("hostnames", "").replace(",", "\n").split() if h.strip()}
+        data["servers"] = list(Server.objects.filter(hostname__in=names))
+        missing = names - {s.hostname for s in data["servers"]}
+        if missing:
+            self.add_error("hostnames", f"Unknown hostnames: {', '.join(sorted(missing)[:10])}")
+        return data
+
 
 @viewer_required
 def pool_list(request: HtmxHttpRequest) -> HttpResponse:
-    from inventory.models import Server
-
-    form = PoolForm(request.POST or None)
-    if request.method == "POST":
-        if not has_role(request.user, OPERATOR):
-            return render(request, "403.html", status=403)
-        if form.is_valid():
-            names = {h.strip().lower() for h in form.cleaned_data["hostnames"].replace(",", "\n").split() if h.strip()}
-            servers = list(Server.objects.filter(hostname__in=names))
-            missing = names - {s.hostname for s in servers}
-            if missing:
-                form.add_error("hostnames", f"Unknown hostnames: {', '.join(sorted(missing)[:10])}")
-            else:
-                try:
-                    pool = services.pool_create(name=form.cleaned_data["name"], kind=form.cleaned_data["kind"],
-                                                servers=servers, actor=request.user)
-                except ValidationError as exc:
-                    _errors_to_form(form, exc)
-                else:
-                    messages.success(request, f"Pool {pool} created.")
-                    return redirect("firmware-pool-list")
-    context = {"pools": selectors.pool_list()[:500], "form": form}
-    return render(request, "firmware/pool_list.html", context, status=400 if form.errors else 200)
+    return _list_with_create_form(request, "firmware/pool_list.html", {"pools": selectors.pool_list()[:500]},
+                                  PoolForm(request.POST or None), services.pool_create, "Pool {} created.")
 
 
 class WindowForm(forms.Form):
@@ -268,20 +266,8 @@ class WindowForm(forms.Form):
 
 @viewer_required
 def window_list(request: HtmxHttpRequest) -> HttpResponse:
-    form = WindowForm(request.POST or None)
-    if request.method == "POST":
-        if not has_role(request.user, OPERATOR):
-            return render(request, "403.html", status=403)
-        if form.is_valid():
-            try:
-                window = services.window_create(actor=request.user, **form.cleaned_data)
-            except ValidationError as exc:
-                _errors_to_form(form, exc)
-            else:
-                messages.success(request, f"Window {window} created.")
-                return redirect("firmware-window-list")
-    context = {"windows": selectors.window_list()[:500], "form": form}
-    return render(request, "firmware/window_list.html", context, status=400 if form.errors else 200)
+    return _list_with_create_form(request, "firmware/window_list.html", {"windows": selectors.window_list()[:500]},
+                                  WindowForm(request.POST or None), services.window_create, "Window {} created.")
 
 
 # --- drift -----------------------------------------------------------------------------------------------

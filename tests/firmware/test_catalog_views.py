@@ -5,7 +5,7 @@ import pytest
 from django.core.management import call_command
 from django.urls import reverse
 
-from firmware.models import Bundle, ComplianceStatus, Release
+from firmware.models import Bundle, ComplianceStatus, Pool, Release
 from firmware.selectors.drift import mixed_nvlink_domains, mixed_pools
 from firmware.services import catalog
 from fleet.audit import SYSTEM
@@ -100,3 +100,32 @@ def test_firmware_demo_seed(users):
     assert any(f.mixed_servers for f in mixed_nvlink_domains())
     assert mixed_pools()
     assert ComplianceStatus.objects.exists()
+
+
+def test_list_page_create_forms(client, users):
+    """Pools, windows and baselines are created from their list pages: operators only; a refused value shows
+    next to its field with a 400; success goes back to the list with a message."""
+    catalog.component_specs_ensure(actor=SYSTEM)
+    server = make_server(bmc="01.03.19")
+    pools = reverse("firmware-pool-list")
+    assert login(client, users, "viewer").post(pools, {"name": "p2", "kind": "slurm"}).status_code == 403
+    login(client, users, "operator")
+    unknown = client.post(pools, {"name": "p2", "kind": "slurm", "hostnames": f"{server.hostname}, nope-01"})
+    assert unknown.status_code == 400 and b"Unknown hostnames: nope-01" in unknown.content
+    created = client.post(pools, {"name": "p2", "kind": "slurm", "hostnames": server.hostname.upper()}, follow=True)
+    assert created.redirect_chain == [(pools, 302)] and b"Pool p2 created." in created.content
+    assert [s.pk for s in Pool.objects.get(name="p2").servers.all()] == [server.pk]
+    again = client.post(pools, {"name": "P2", "kind": "slurm"})
+    assert again.status_code == 400 and b"A pool named" in again.content
+
+    windows = reverse("firmware-window-list")
+    window = client.post(windows, {"name": "nightly", "kind": "allow", "weekdays": "1,3", "start_time": "02:00",
+                                   "duration_minutes": "120", "timezone_name": "UTC"}, follow=True)
+    assert window.redirect_chain == [(windows, 302)] and b"Window nightly" in window.content
+
+    baselines = reverse("firmware-baseline-list")
+    bundle = fw.bundle({"bmc": "01.03.19"})
+    proposed = client.post(baselines, {"bundle": bundle.pk}, follow=True)
+    assert proposed.redirect_chain == [(baselines, 302)] and b"proposed; an approver puts it in force" in proposed.content
+    overlap = client.post(baselines, {"bundle": bundle.pk})
+    assert overlap.status_code == 400
