@@ -173,7 +173,7 @@ def selector_filter(selector: dict[str, Any] | None) -> GpuFilter:
     """The GPU list's FilterSet over ``selector`` (query parameters); invalid filters raise ValidationError."""
     params = QueryDict(mutable=True)
     for key, value in (selector or {}).items():
-        if key == "_server_ids":  # reserved: explicit servers (rollbacks)
+        if key == "_server_ids":  # reserved: explicit servers (rollbacks, the demo rollout)
             continue
         if isinstance(value, list | tuple):
             params.setlist(key, [str(v) for v in value])
@@ -253,7 +253,7 @@ def _hash(*parts: object) -> str:
 
 def _candidates(bundle: Bundle, selector: dict[str, Any] | None) -> list[dict[str, Any]]:
     servers = Server.objects.filter(platform_id=bundle.platform_id)
-    if (selector or {}).get("_server_ids") is not None:  # a rollback: exactly the servers it activated
+    if (selector or {}).get("_server_ids") is not None:  # explicit servers: exactly these
         servers = servers.filter(id__in=[int(i) for i in selector["_server_ids"]])  # type: ignore[index]
     filterset = selector_filter(selector)
     if filter_has_criteria(filterset):

@@ -14,6 +14,7 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.db.models import Count, Q
 from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
+from django.template.defaultfilters import pluralize
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 from django_htmx.http import HttpResponseClientRedirect
@@ -257,11 +258,14 @@ def _strategy_summary(rollout: Rollout) -> list[tuple[str, str]]:
     ]
 
 
-def _selector_summary(selector: dict[str, Any]) -> list[tuple[str, str]]:
+def _selector_summary(rollout: Rollout) -> list[tuple[str, str]]:
+    """(filter, value) rows of the rollout's selector; explicit servers are one row without a filter name."""
     rows = []
-    for name, value in sorted(selector.items()):
-        if name == "_server_ids":  # a rollback's explicit servers
-            rows.append(("servers", f"{len(value)} activated by the rolled-back rollout"))
+    for name, value in sorted(rollout.selector.items()):
+        if name == "_server_ids":  # explicit servers: a rollback's, or chosen (the demo rollout)
+            servers = f"server{pluralize(len(value))}"
+            rows.append(("", f"{len(value)} {servers} activated by the rolled-back rollout" if rollout.rollback_of_id
+                         else f"{len(value)} chosen {servers}"))
         else:
             rows.append((name, ", ".join(map(str, value)) if isinstance(value, list) else str(value)))
     return rows
@@ -300,7 +304,7 @@ def rollout_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     context |= {
         "items": list(rollout.bundle.items.all()),
         "strategy": _strategy_summary(rollout),
-        "selector": _selector_summary(rollout.selector),
+        "selector": _selector_summary(rollout),
         "children": selectors.rollout_children(rollout),
     }
     return render_page(request, "firmware/rollout_detail.html", "rollout-live", context)

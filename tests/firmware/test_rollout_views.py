@@ -259,6 +259,17 @@ def test_rollback_goes_to_the_new_rollout(fleet, users, client_for):
     assert response.headers["HX-Redirect"] == reverse("rollout-detail", args=[child.pk])
     page = client.get(response.headers["HX-Redirect"]).content.decode()
     assert "Rolled back:" in page and "rollback of" in page and child.bundle == old
+    assert "1 server activated by the rolled-back rollout" in text(page)
+
+
+def test_explicit_servers_are_chosen_servers_unless_a_rollback(fleet, users, client_for):
+    """The demo rollout targets servers by id (the selector's reserved ``_server_ids``, as rollbacks do): the
+    page says how many were chosen, not that a rolled-back rollout activated them."""
+    rollout = svc.rollout_create(name="vbios picked", bundle=fleet.bundle, strategy={}, actor=users["operator"],
+                                 selector={"_server_ids": [s.pk for s in fleet.servers[:4]]})
+    page = text(client_for("viewer").get(reverse("rollout-detail", args=[rollout.pk])).content.decode())
+    assert "Targets 4 chosen servers" in page
+    assert "rolled-back" not in page
 
 
 # --- wizard and preview -------------------------------------------------------------------------------------------
