@@ -31,38 +31,14 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
+
+from benchlib import bench_database_url, loadavg, recreate_database, say
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 TARGETS = {"compliance_s": 2.0, "plan_s": 3.0, "engine_steps_per_s": 500.0}
-
-
-def say(text: str = "") -> None:
-    print(text, flush=True)
-
-
-def loadavg() -> str:
-    return "load average " + " ".join(f"{x:.1f}" for x in os.getloadavg())
-
-
-def bench_database_url(url: str) -> str:
-    parts = urlsplit(url)
-    if not parts.scheme.startswith("postgres"):
-        sys.exit("bench/firmware.py needs PostgreSQL: DATABASE_URL=postgres://user@host:5432/fleet_bench_fw")
-    name = parts.path.lstrip("/")
-    return urlunsplit(parts._replace(path=f"/{name if 'bench_fw' in name else 'fleet_bench_fw'}"))
-
-
-def recreate_database(url: str) -> None:
-    import psycopg
-
-    parts = urlsplit(url)
-    admin = urlunsplit(parts._replace(path="/postgres"))
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{parts.path.lstrip("/")}" WITH (FORCE)')
-        conn.execute(f'CREATE DATABASE "{parts.path.lstrip("/")}"')
 
 
 def free_port() -> int:
@@ -96,7 +72,8 @@ def main() -> None:
     parser.add_argument("--profile", action="store_true", help="cProfile one worker's steps (to var/)")
     args = parser.parse_args()
 
-    url = bench_database_url(os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/fleet_bench_fw"))
+    url = bench_database_url(os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/fleet_bench_fw"),
+                             "fleet_bench_fw")
     redis_port = free_port()
     broker = f"redis://127.0.0.1:{redis_port}/0"
     os.environ.update({"DATABASE_URL": url, "REDIS_URL": broker, "DJANGO_SETTINGS_MODULE": "fleet.settings",

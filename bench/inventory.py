@@ -38,7 +38,9 @@ import time
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
-from urllib.parse import urlencode, urlsplit, urlunsplit
+from urllib.parse import urlencode, urlsplit
+
+from benchlib import bench_database_url, loadavg, recreate_database, say
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -52,37 +54,6 @@ HGX_BUSES = ("18", "2A", "3A", "5D", "9A", "AB", "BA", "DB")
 IMPORT_MODELS = (("NVIDIA H100 80GB HBM3", "Hopper", 81559, "692-2G520-0200-000", "96.00.99.00.01", "G520.0200.00.05"),
                  ("NVIDIA H200", "Hopper", 143771, "692-2G520-0280-000", "96.00.A5.00.01", "G520.0280.00.01"),
                  ("NVIDIA B200", "Blackwell", 183359, "692-2G525-0220-000", "97.00.82.00.01", "G525.0220.00.02"))
-
-
-def loadavg() -> str:
-    return "load average " + " ".join(f"{x:.1f}" for x in os.getloadavg())
-
-
-def say(text: str = "") -> None:
-    print(text, flush=True)
-
-
-# --- database ------------------------------------------------------------------------------------------
-
-def bench_database_url(url: str) -> str:
-    parts = urlsplit(url)
-    if not parts.scheme.startswith("postgres"):
-        sys.exit("bench/inventory.py needs PostgreSQL: DATABASE_URL=postgres://user@host:5432/fleet_bench")
-    name = parts.path.lstrip("/")
-    if "bench" not in name:
-        name = "fleet_bench"
-    return urlunsplit(parts._replace(path=f"/{name}"))
-
-
-def recreate_database(url: str) -> None:
-    import psycopg
-
-    parts = urlsplit(url)
-    name = parts.path.lstrip("/")
-    admin = urlunsplit(parts._replace(path="/postgres"))
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        conn.execute(f'CREATE DATABASE "{name}"')
 
 
 # --- timing ----------------------------------------------------------------------------------------------
@@ -285,7 +256,8 @@ def main() -> None:
     parser.add_argument("--reuse", action="store_true", help="keep the bench database if it holds --gpus GPUs")
     args = parser.parse_args()
 
-    url = bench_database_url(os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/fleet_bench"))
+    url = bench_database_url(os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/fleet_bench"),
+                             "fleet_bench")
     os.environ["DATABASE_URL"] = url
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "fleet.settings")
     os.environ.setdefault("LOG_LEVEL", "WARNING")

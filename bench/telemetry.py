@@ -29,38 +29,19 @@ from __future__ import annotations
 
 import argparse
 import gc
-import importlib.util
 import json
 import os
 import statistics
 import sys
 import time
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
+
+from benchlib import bench_database_url, recreate_database, say
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 TARGETS = {"ingest_samples_per_s": 10_000, "write_ratio": 1 / 3, "bytes_per_sample": 70, "heatmap_ms": 200}
-
-
-def _bench_inventory():  # type: ignore[no-untyped-def]
-    spec = importlib.util.spec_from_file_location("bench_inventory", ROOT / "bench" / "inventory.py")
-    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-    spec.loader.exec_module(module)  # type: ignore[union-attr]
-    return module
-
-
-def say(text: str = "") -> None:
-    print(text, flush=True)
-
-
-def database_url(url: str) -> str:
-    parts = urlsplit(url)
-    if not parts.scheme.startswith("postgres"):
-        sys.exit("bench/telemetry.py needs PostgreSQL: DATABASE_URL=postgres://user@host:5432/fleet_bench_tel")
-    name = parts.path.lstrip("/")
-    return urlunsplit(parts._replace(path=f"/{name if 'bench' in name else 'fleet_bench_tel'}"))
 
 
 def timed(fn, repeat: int) -> tuple[float, list[float], object]:  # type: ignore[no-untyped-def]
@@ -82,12 +63,13 @@ def main() -> None:
     parser.add_argument("--reuse", action="store_true", help="keep a seeded bench database (telemetry emptied)")
     args = parser.parse_args()
 
-    url = database_url(os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/fleet_bench_tel"))
+    url = bench_database_url(os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/fleet_bench_tel"),
+                             "fleet_bench_tel")
     os.environ["DATABASE_URL"] = url
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "fleet.settings")
     os.environ.setdefault("LOG_LEVEL", "WARNING")
     if not args.reuse:
-        _bench_inventory().recreate_database(url)
+        recreate_database(url)
 
     import django
 
