@@ -65,3 +65,38 @@ def release_matches(release: Release, version: str) -> bool:
     """``version`` (as a BMC reports it) is ``release``'s version: compared by version key, so case and
     zero padding do not matter."""
     return version_key(version) == release.version_key
+
+
+@dataclass
+class InventoryScanResult:
+    scanned: int = 0
+    recorded: int = 0
+    failed: dict[str, str] = field(default_factory=dict)  # hostname -> error (BMC unreachable, 5xx, timeout)
+
+
+def firmware_inventory_scan(*, servers: list[Server], actor: Actor | None) -> InventoryScanResult:
+    """Read each server's Redfish FirmwareInventory from its BMC and record what it reports.
+
+    One server's failure (no BMC address, unreachable, an error answer) is recorded in the result and never
+    stops the others; each server's observations are written in their own transaction, after the reads, so no
+    transaction is held open across network calls.
+    """
+    from django.utils import timezone
+
+    from firmware.redfish import BmcError, bmc_client
+
+    result = InventoryScanResult()
+    for server in servers:
+        if not server.bmc_address:
+            result.failed[server.hostname] = "no BMC address"
+            continue
+        try:
+            client = bmc_client(server.bmc_address)
+            members = client.inventory(client.inventory_ids())
+        except BmcError as exc:
+            result.failed[server.hostname] = str(exc)
+            continue
+        recorded = firmware_inventory_record(server=server, members=members, seen_at=timezone.now(), actor=actor)
+        result.scanned += 1
+        result.recorded += len(recorded.recorded)
+    return result
