@@ -1,8 +1,10 @@
 """GPU health: which GPUs to drain or return to the vendor, and why (``HealthFlag``).
 
-``health_evaluate`` computes every criterion set-based in SQL over the whole fleet (one statement per
-criterion into a temporary table, then three statements that raise, refresh and clear flags), in one
-transaction under an advisory lock, so two evaluations never race. Criteria (numbers and sources:
+``health_evaluate`` computes every criterion over the whole fleet with one query per criterion that returns
+only the candidates (counts, peer medians and rates in SQL; the evidence put into words as JSON in Python: a
+few hundred rows at 100,000 GPUs), loads them into a temporary table, then three statements raise, refresh and
+clear flags; all in one transaction, serialised (an advisory lock on PostgreSQL, the write lock of SQLite's
+IMMEDIATE transactions), so two evaluations never race. Criteria (numbers and sources:
 ``shared/design/reliability.md`` §3):
 
 - ``row_remap_failure`` (rma): the row-remapping failure flag is set (``GpuLatest.remap_failure``). NVIDIA's
@@ -20,26 +22,34 @@ Flags are kept for GPUs in service or about to be (:data:`ACTIVE_STATES`). The t
 clear by themselves: their flags close when the GPU leaves the active states (sent to RMA, decommissioned).
 The others clear once the condition no longer holds (an XID flag 7 days after its last XID).
 
-PostgreSQL only (percentiles, JSONB, LATERAL); on SQLite ``health_evaluate`` does nothing and says so.
+The same queries run on PostgreSQL and on the embedded SQLite (>= 3.39; no percentile function: the rack
+peers' median is taken with ``row_number`` over the pairs).
 """
 
 from __future__ import annotations
 
+import collections
 import datetime as dt
-import logging
+import itertools
 import math
 import time
 from typing import Any
 
 from django.db import connection, transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from fleet.audit import Actor
 from inventory import services as inventory_services
 from inventory.models import Gpu, GpuState
-from inventory.telemetry.models import APPLICATION_XIDS, HealthFlag, HealthKind, HealthSeverity
-
-log = logging.getLogger(__name__)
+from inventory.telemetry.models import (
+    APPLICATION_XIDS,
+    GpuLatest,
+    HealthFlag,
+    HealthKind,
+    HealthSeverity,
+    XidEvent,
+)
 
 K, S = HealthKind, HealthSeverity
 
@@ -112,6 +122,13 @@ def poisson_tail(k: int, mu: float) -> float:
     return min(1.0, total)
 
 
+Candidate = tuple[int, str, str, dict[str, Any]]  # (gpu id, kind, severity, evidence)
+REMAP_POLICY = ("NVIDIA RMA policy: the row-remapping failure flag is set (a bank with 8 uncorrectable-error rows "
+                "remapped, a row remapped twice, or 512 remaps)")
+SRAM_POLICY = ("NVIDIA RMA policy: SRAM Threshold Exceeded (more than 4 parity or 2 SECDED uncorrectable errors in "
+               "one address bank)")
+
+
 def _sql_states() -> str:
     return ", ".join(f"'{state.value}'" for state in ACTIVE_STATES)
 
@@ -120,66 +137,71 @@ def _app_xids() -> str:
     return ", ".join(str(x) for x in sorted(APPLICATION_XIDS))
 
 
-def _candidates_rma_flags(cursor: Any) -> None:
-    policy = ("NVIDIA RMA policy: the row-remapping failure flag is set (a bank with 8 uncorrectable-error rows "
-              "remapped, a row remapped twice, or 512 remaps)")
-    cursor.execute(f"""
-        INSERT INTO _health_candidate (gpu_id, kind, severity, evidence)
-        SELECT l.gpu_id, %s, %s, jsonb_build_object(
-                   'seen_at', l.ts, 'remapped_rows_uncorrectable', l.remap_unc,
-                   'remapped_rows_correctable', l.remap_corr, 'policy', %s::text)
-        FROM telemetry_gpulatest l JOIN inventory_gpu g ON g.id = l.gpu_id
-        WHERE l.remap_failure AND g.state IN ({_sql_states()})
-        UNION ALL
-        SELECT l.gpu_id, %s, %s, jsonb_build_object(
-                   'seen_at', l.ts, 'policy',
-                   'NVIDIA RMA policy: SRAM Threshold Exceeded (more than 4 parity or 2 SECDED uncorrectable '
-                   'errors in one address bank)')
-        FROM telemetry_gpulatest l JOIN inventory_gpu g ON g.id = l.gpu_id
-        WHERE l.sram_threshold AND g.state IN ({_sql_states()})
-    """, [str(K.ROW_REMAP_FAILURE), str(S.RMA), policy, str(K.SRAM_THRESHOLD), str(S.RMA)])
+def _dt(value: dt.datetime) -> Any:
+    """A datetime parameter of raw SQL as the backend stores it (SQLite: naive UTC text)."""
+    return connection.ops.adapt_datetimefield_value(value)
 
 
-def _candidates_xid(cursor: Any, now: dt.datetime) -> None:
-    meanings = ", ".join(["(%s, %s, %s)"] * len(RMA_XIDS))
-    params: list[Any] = [v for xid, (meaning, sev) in RMA_XIDS.items() for v in (xid, meaning, str(sev))]
-    cursor.execute(f"""
-        INSERT INTO _health_candidate (gpu_id, kind, severity, evidence)
-        WITH m(xid, meaning, severity) AS (VALUES {meanings}),
-        ev AS (
-            SELECT x.gpu_id, x.xid, x.at, m.meaning, d.detail,
-                   CASE WHEN x.xid = 48 AND d.detail IS NOT NULL THEN %s ELSE m.severity END AS severity
-            FROM telemetry_xidevent x
-            JOIN m ON m.xid = x.xid
-            JOIN inventory_gpu g ON g.id = x.gpu_id AND g.state IN ({_sql_states()})
-            LEFT JOIN LATERAL (
-                SELECT CASE d.xid WHEN 171 THEN 'DRAM' ELSE 'SRAM' END AS detail
-                FROM telemetry_xidevent d
-                WHERE x.xid = 48 AND d.gpu_id = x.gpu_id AND d.xid IN (171, 172)
-                  AND d.at BETWEEN x.at - %s AND x.at + %s
-                ORDER BY abs(extract(epoch FROM d.at - x.at)), d.id LIMIT 1
-            ) d ON true
-            WHERE x.at > %s AND x.at <= %s AND x.hardware AND x.xid NOT IN ({_app_xids()})
-        )
-        SELECT gpu_id, %s,
-               CASE WHEN bool_or(severity = %s) THEN %s ELSE %s END,
-               jsonb_build_object(
-                   'window_days', %s, 'count', count(*), 'last_at', max(at),
-                   'xids', to_jsonb((array_agg(jsonb_build_object(
-                       'xid', xid, 'at', at, 'meaning', meaning, 'detail', detail) ORDER BY at DESC))[1:%s]))
-        FROM ev GROUP BY gpu_id
-    """, [*params, str(S.RMA), DBE_DETAIL_WITHIN, DBE_DETAIL_WITHIN, now - XID_WINDOW, now,
-          str(K.RMA_XID), str(S.RMA), str(S.RMA), str(S.DRAIN), XID_WINDOW.days, XIDS_IN_EVIDENCE])
+def _candidates_rma_flags() -> list[Candidate]:
+    rows = (GpuLatest.objects.filter(Q(remap_failure=True) | Q(sram_threshold=True), gpu__state__in=ACTIVE_STATES)
+            .order_by("gpu_id").values_list("gpu_id", "ts", "remap_unc", "remap_corr", "remap_failure",
+                                            "sram_threshold"))
+    candidates: list[Candidate] = []
+    for gpu_id, ts, remap_unc, remap_corr, remap_failure, sram_threshold in rows:
+        if remap_failure:
+            candidates.append((gpu_id, K.ROW_REMAP_FAILURE, S.RMA, {
+                "seen_at": ts.isoformat(), "remapped_rows_uncorrectable": remap_unc,
+                "remapped_rows_correctable": remap_corr, "policy": REMAP_POLICY}))
+        if sram_threshold:
+            candidates.append((gpu_id, K.SRAM_THRESHOLD, S.RMA, {"seen_at": ts.isoformat(), "policy": SRAM_POLICY}))
+    return candidates
 
 
-def _candidates_error_rate(cursor: Any, now: dt.datetime) -> None:
+def _candidates_xid(now: dt.datetime) -> list[Candidate]:
+    """The RMA XIDs of the window per GPU, newest first; a 48 takes the 171/172 logged nearest to it (within
+    :data:`DBE_DETAIL_WITHIN`) as its detail, which makes it an RMA. A few rows per flagged GPU: Python."""
+    since = now - XID_WINDOW
+    events = list(XidEvent.objects.filter(at__gt=since, at__lte=now, hardware=True, xid__in=list(RMA_XIDS),
+                                          gpu__state__in=ACTIVE_STATES)
+                  .exclude(xid__in=APPLICATION_XIDS).order_by("gpu_id", "-at", "-id")
+                  .values_list("gpu_id", "xid", "at"))
+    details: dict[int, list[tuple[dt.datetime, int, int]]] = collections.defaultdict(list)
+    dbe_gpus = {gpu_id for gpu_id, xid, _ in events if xid == 48}
+    if dbe_gpus:
+        for gpu_id, xid, at, pk in (XidEvent.objects.filter(gpu_id__in=dbe_gpus, xid__in=list(DBE_DETAIL_XIDS),
+                                                            at__gte=since - DBE_DETAIL_WITHIN,
+                                                            at__lte=now + DBE_DETAIL_WITHIN)
+                                    .order_by().values_list("gpu_id", "xid", "at", "id")):
+            details[gpu_id].append((at, pk, xid))
+    candidates: list[Candidate] = []
+    for gpu_id, group in itertools.groupby(events, key=lambda event: event[0]):
+        xids, severity = [], S.DRAIN
+        for _, xid, at in group:
+            meaning, xid_severity = RMA_XIDS[xid]
+            detail = None
+            if xid == 48:
+                near = [(abs((d_at - at).total_seconds()), pk, d_xid) for d_at, pk, d_xid in details[gpu_id]
+                        if abs(d_at - at) <= DBE_DETAIL_WITHIN]
+                if near:
+                    detail = DBE_DETAIL_XIDS[min(near)[2]]
+                    xid_severity = S.RMA
+            if xid_severity == S.RMA:
+                severity = S.RMA
+            xids.append({"xid": xid, "at": at.isoformat(), "meaning": meaning, "detail": detail})
+        candidates.append((gpu_id, K.RMA_XID, severity, {
+            "window_days": XID_WINDOW.days, "count": len(xids), "last_at": xids[0]["at"],
+            "xids": xids[:XIDS_IN_EVIDENCE]}))
+    return candidates
+
+
+def _candidates_error_rate(cursor: Any, now: dt.datetime) -> list[Candidate]:
     """Counts per GPU in SQL; the Poisson tail (a few dozen candidates at most) in Python."""
     since = now - RATE_WINDOW
     cursor.execute(f"""
         WITH hours AS (
             SELECT gpu_id, count(*) AS hours,
-                   count(*) FILTER (WHERE d_ecc_dbe > 0) AS dbe_hours,
-                   count(*) FILTER (WHERE d_remap_unc > 0) AS remap_hours
+                   count(CASE WHEN d_ecc_dbe > 0 THEN 1 END) AS dbe_hours,
+                   count(CASE WHEN d_remap_unc > 0 THEN 1 END) AS remap_hours
             FROM telemetry_rollup1h WHERE bucket >= %s AND bucket < %s GROUP BY gpu_id
         ), xids AS (
             SELECT gpu_id, count(*) AS n FROM telemetry_xidevent
@@ -194,10 +216,10 @@ def _candidates_error_rate(cursor: Any, now: dt.datetime) -> None:
         )
         SELECT p.gpu_id, p.events, p.hours, p.xids, p.dbe_hours, p.remap_hours,
                pe.events - p.events, pe.hours - p.hours, pe.gpus - 1, gm.name
-        FROM per p JOIN peers pe USING (model_id) JOIN inventory_gpumodel gm ON gm.id = p.model_id
-        WHERE p.events >= %s
-    """, [since, now, since, now, RATE_MIN_EVENTS])
-    rows = []
+        FROM per p JOIN peers pe ON pe.model_id = p.model_id JOIN inventory_gpumodel gm ON gm.id = p.model_id
+        WHERE p.events >= %s ORDER BY p.gpu_id
+    """, [_dt(since), _dt(now), _dt(since), _dt(now), RATE_MIN_EVENTS])
+    candidates: list[Candidate] = []
     for gpu_id, events, hours, xids, dbe_hours, remap_hours, peer_events, peer_hours, peers, model in cursor.fetchall():
         events, hours, peer_events, peer_hours = int(events), int(hours), float(peer_events), float(peer_hours)
         peer_rate = max(peer_events / peer_hours if peer_hours else 0.0, RATE_FLOOR_PER_H)
@@ -207,22 +229,19 @@ def _candidates_error_rate(cursor: Any, now: dt.datetime) -> None:
             continue
         rate = events / hours
         severity = S.DRAIN if events >= RATE_DRAIN_EVENTS and rate >= RATE_DRAIN_RATIO * peer_rate else S.WATCH
-        rows.append((gpu_id, K.ERROR_RATE, severity, {
-            "window_days": RATE_WINDOW.days, "events": int(events), "hours": int(hours), "xid_events": int(xids),
+        candidates.append((gpu_id, K.ERROR_RATE, severity, {
+            "window_days": RATE_WINDOW.days, "events": events, "hours": hours, "xid_events": int(xids),
             "dbe_hours": int(dbe_hours), "remap_hours": int(remap_hours),
             "rate_per_1000h": round(rate * 1000, 3), "peer_rate_per_1000h": round(peer_rate * 1000, 4),
             "expected": round(expected, 4), "p_value": float(f"{p_value:.3g}"), "peers": int(peers), "model": model,
         }))
-    if rows:
-        from psycopg.types.json import Jsonb
-
-        cursor.executemany("INSERT INTO _health_candidate (gpu_id, kind, severity, evidence) VALUES (%s, %s, %s, %s)",
-                           [(g, str(k), str(s), Jsonb(e)) for g, k, s, e in rows])
+    return candidates
 
 
-def _candidates_thermal(cursor: Any, now: dt.datetime) -> None:
+def _candidates_thermal(cursor: Any, now: dt.datetime) -> list[Candidate]:
+    """The rack peers' median by ``row_number`` over the pairs (the two middle values' mean for an even count,
+    as ``percentile_cont(0.5)``), so one statement serves PostgreSQL and SQLite."""
     cursor.execute(f"""
-        INSERT INTO _health_candidate (gpu_id, kind, severity, evidence)
         WITH w AS (
             SELECT r.gpu_id, avg(r.gpu_temp_avg) AS temp, avg(r.power_avg) AS power, count(*) AS hours
             FROM telemetry_rollup1h r
@@ -231,73 +250,82 @@ def _candidates_thermal(cursor: Any, now: dt.datetime) -> None:
         ), t AS (
             SELECT w.*, g.rack_id FROM w JOIN inventory_gpu g ON g.id = w.gpu_id
             WHERE g.rack_id IS NOT NULL AND g.state IN ({_sql_states()})
-        ), cmp AS (
-            SELECT a.gpu_id, a.rack_id, a.temp, a.power, a.hours,
-                   percentile_cont(0.5) WITHIN GROUP (ORDER BY b.temp) AS peer_temp,
-                   count(*) AS peers, min(b.power) AS peer_power_min, max(b.power) AS peer_power_max
+        ), pairs AS (
+            SELECT a.gpu_id, a.rack_id, a.temp, a.power, a.hours, b.temp AS peer_temp, b.power AS peer_power,
+                   row_number() OVER (PARTITION BY a.gpu_id ORDER BY b.temp) AS rn,
+                   count(*) OVER (PARTITION BY a.gpu_id) AS peers
             FROM t a JOIN t b ON b.rack_id = a.rack_id AND b.gpu_id <> a.gpu_id
                              AND b.power BETWEEN a.power * (1 - %s) AND a.power * (1 + %s)
-            GROUP BY a.gpu_id, a.rack_id, a.temp, a.power, a.hours
-            HAVING count(*) >= %s
+        ), cmp AS (
+            SELECT gpu_id, rack_id, temp, power, hours, peers,
+                   avg(CASE WHEN rn IN ((peers + 1) / 2, (peers + 2) / 2) THEN peer_temp END) AS peer_temp,
+                   min(peer_power) AS peer_power_min, max(peer_power) AS peer_power_max
+            FROM pairs WHERE peers >= %s
+            GROUP BY gpu_id, rack_id, temp, power, hours, peers
         )
-        SELECT c.gpu_id, %s, CASE WHEN c.temp - c.peer_temp > %s THEN %s ELSE %s END,
-               jsonb_build_object(
-                   'window_hours', %s, 'hours', c.hours, 'temp_c', round(c.temp::numeric, 1),
-                   'peer_median_c', round(c.peer_temp::numeric, 1),
-                   'delta_c', round((c.temp - c.peer_temp)::numeric, 1), 'power_w', round(c.power::numeric),
-                   'peer_power_w', jsonb_build_array(round(c.peer_power_min::numeric), round(c.peer_power_max::numeric)),
-                   'peers', c.peers, 'rack', rk.name)
+        SELECT c.gpu_id, c.temp, c.peer_temp, c.power, c.peer_power_min, c.peer_power_max, c.hours, c.peers, rk.name
         FROM cmp c JOIN inventory_rack rk ON rk.id = c.rack_id
-        WHERE c.temp - c.peer_temp > %s
-    """, [now - THERMAL_WINDOW, now, THERMAL_POWER_BAND, THERMAL_POWER_BAND, THERMAL_MIN_PEERS,
-          str(K.THERMAL_OUTLIER), THERMAL_DRAIN_C, str(S.DRAIN), str(S.WATCH), int(THERMAL_WINDOW.total_seconds() // 3600),
+        WHERE c.temp - c.peer_temp > %s ORDER BY c.gpu_id
+    """, [_dt(now - THERMAL_WINDOW), _dt(now), THERMAL_POWER_BAND, THERMAL_POWER_BAND, THERMAL_MIN_PEERS,
           THERMAL_WATCH_C])
+    candidates: list[Candidate] = []
+    for gpu_id, temp, peer_temp, power, power_min, power_max, hours, peers, rack in cursor.fetchall():
+        temp, peer_temp = float(temp), float(peer_temp)
+        candidates.append((gpu_id, K.THERMAL_OUTLIER, S.DRAIN if temp - peer_temp > THERMAL_DRAIN_C else S.WATCH, {
+            "window_hours": int(THERMAL_WINDOW.total_seconds() // 3600), "hours": int(hours),
+            "temp_c": round(temp, 1), "peer_median_c": round(peer_temp, 1), "delta_c": round(temp - peer_temp, 1),
+            "power_w": round(float(power)), "peer_power_w": [round(float(power_min)), round(float(power_max))],
+            "peers": int(peers), "rack": rack}))
+    return candidates
 
 
 def health_evaluate(*, now: dt.datetime | None = None) -> dict[str, Any]:
     """Evaluate every criterion for the whole fleet; raise, refresh and clear ``HealthFlag`` rows.
 
     Returns counts: ``{"raised": n, "refreshed": n, "cleared": n, "candidates": {kind: n}, "ms": ...}``.
-    Safe to run twice at once (the second waits for the first) and idempotent for the same ``now``.
+    Safe to run twice at once (the second waits for the first: an advisory lock on PostgreSQL, the write lock
+    that SQLite's IMMEDIATE transactions take at BEGIN) and idempotent for the same ``now``.
     """
-    if connection.vendor != "postgresql":
-        log.info("health_evaluate needs PostgreSQL; skipped on %s", connection.vendor)
-        return {"skipped": f"needs PostgreSQL, not {connection.vendor}"}
     started = time.perf_counter()
     now = now or timezone.now()
+    postgres = connection.vendor == "postgresql"
     with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute("SELECT pg_advisory_xact_lock(hashtext('fleet.health_evaluate'))")
+        if postgres:
+            cursor.execute("SELECT pg_advisory_xact_lock(hashtext('fleet.health_evaluate'))")
+        found = [*_candidates_rma_flags(), *_candidates_xid(now), *_candidates_error_rate(cursor, now),
+                 *_candidates_thermal(cursor, now)]
         cursor.execute("DROP TABLE IF EXISTS _health_candidate")  # a caller's outer transaction kept it
         cursor.execute("CREATE TEMP TABLE _health_candidate (gpu_id bigint NOT NULL, kind text NOT NULL, "
-                       "severity text NOT NULL, evidence jsonb NOT NULL) ON COMMIT DROP")
-        _candidates_rma_flags(cursor)
-        _candidates_xid(cursor, now)
-        _candidates_error_rate(cursor, now)
-        _candidates_thermal(cursor, now)
-        cursor.execute("SELECT kind, count(*) FROM _health_candidate GROUP BY kind ORDER BY kind")
-        candidates = dict(cursor.fetchall())
+                       f"severity text NOT NULL, evidence {'jsonb' if postgres else 'text'} NOT NULL)")
+        if found:
+            cursor.executemany(
+                "INSERT INTO _health_candidate (gpu_id, kind, severity, evidence) VALUES (%s, %s, %s, %s)",
+                [(gpu_id, str(kind), str(severity), connection.ops.adapt_json_value(evidence, None))
+                 for gpu_id, kind, severity, evidence in found])
         cursor.execute("""
-            UPDATE telemetry_healthflag f SET severity = c.severity, evidence = c.evidence, last_seen_at = %s
-            FROM _health_candidate c
+            UPDATE telemetry_healthflag AS f SET severity = c.severity, evidence = c.evidence, last_seen_at = %s
+            FROM _health_candidate AS c
             WHERE f.gpu_id = c.gpu_id AND f.kind = c.kind AND f.cleared_at IS NULL
-        """, [now])
+        """, [_dt(now)])
         refreshed = cursor.rowcount
         cursor.execute("""
             INSERT INTO telemetry_healthflag (gpu_id, kind, severity, evidence, raised_at, last_seen_at)
-            SELECT c.gpu_id, c.kind, c.severity, c.evidence, %s, %s FROM _health_candidate c
-            WHERE NOT EXISTS (SELECT 1 FROM telemetry_healthflag f
+            SELECT c.gpu_id, c.kind, c.severity, c.evidence, %s, %s FROM _health_candidate AS c
+            WHERE NOT EXISTS (SELECT 1 FROM telemetry_healthflag AS f
                               WHERE f.gpu_id = c.gpu_id AND f.kind = c.kind AND f.cleared_at IS NULL)
-        """, [now, now])
+        """, [_dt(now), _dt(now)])
         raised = cursor.rowcount
         cursor.execute(f"""
-            UPDATE telemetry_healthflag f SET cleared_at = %s
+            UPDATE telemetry_healthflag AS f SET cleared_at = %s
             WHERE f.cleared_at IS NULL
-              AND NOT EXISTS (SELECT 1 FROM _health_candidate c WHERE c.gpu_id = f.gpu_id AND c.kind = f.kind)
+              AND NOT EXISTS (SELECT 1 FROM _health_candidate AS c WHERE c.gpu_id = f.gpu_id AND c.kind = f.kind)
               AND (f.kind NOT IN (%s, %s)
-                   OR EXISTS (SELECT 1 FROM inventory_gpu g WHERE g.id = f.gpu_id AND g.state NOT IN ({_sql_states()})))
-        """, [now, *(str(kind) for kind in STICKY_KINDS)])
+                   OR EXISTS (SELECT 1 FROM inventory_gpu AS g WHERE g.id = f.gpu_id AND g.state NOT IN ({_sql_states()})))
+        """, [_dt(now), *(str(kind) for kind in STICKY_KINDS)])
         cleared = cursor.rowcount
-    return {"raised": raised, "refreshed": refreshed, "cleared": cleared, "candidates": candidates,
+        cursor.execute("DROP TABLE _health_candidate")
+    candidates = collections.Counter(str(kind) for _, kind, _, _ in found)
+    return {"raised": raised, "refreshed": refreshed, "cleared": cleared, "candidates": dict(sorted(candidates.items())),
             "ms": round((time.perf_counter() - started) * 1000, 1)}
 
 

@@ -311,7 +311,13 @@ class SqliteStore(Store):
         if not rows:
             return result
         ranked, rounds = _ranked(rows, source_id)
-        adapt = connection.ops.adapt_datetimefield_value
+        adapted: dict[dt.datetime, str] = {}  # a batch has few distinct timestamps: adapt each once
+
+        def adapt(ts: dt.datetime) -> str:
+            text = adapted.get(ts)
+            if text is None:
+                text = adapted[ts] = connection.ops.adapt_datetimefield_value(ts)
+            return text
         with connection.cursor() as cursor:
             cursor.execute(_STAGING_DDL)
             cursor.execute("DELETE FROM telemetry_staging")

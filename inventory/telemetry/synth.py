@@ -4,13 +4,17 @@ The shape is that of ``shared/samples/dcgm-exporter/h100-8gpu-scrape.prom`` (dri
 the order and with the HELP/TYPE text of dcgm-exporter's ``etc/default-counters.csv``, each metric's
 series for every GPU in turn, labels ``gpu, UUID, pci_bus_id, device, modelName, Hostname,
 DCGM_FI_DRIVER_VERSION`` and, on each host's GPU 0, the pod labels. Values vary plausibly per GPU and per
-seed: an idle-to-busy load, temperatures that follow it, a rare hot GPU, a rare XID.
+seed: an idle-to-busy load, temperatures that follow it, a rare hot GPU, a rare XID. The demo fleet (end of
+the module) instead gives every GPU a seeded level and a few GPUs seeded problems, shared by the demo backfill
+and the demo exporter.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
+from typing import NamedTuple
 
 # (metric, type, help): dcgm-exporter etc/default-counters.csv (the uncommented rows), in its order.
 DEFAULT_COUNTERS = (
@@ -123,14 +127,22 @@ def _labels(gpus: list[Gpu], driver_version: str) -> list[str]:
 
 
 def dcgm_text_for(gpus: list[Gpu], *, seed: int, driver_version: str = "580.105.08",
-                  health_fields: bool = False) -> str:
+                  health_fields: bool = False, demo: Mapping[str, DemoGpu] | None = None,
+                  at: dt.datetime | None = None) -> str:
     """dcgm-exporter text for ``gpus`` (uuid, host, pci_bus_id, model_name), deterministic for ``seed``.
 
     ``health_fields`` adds the opt-in T.Limit, clock-event-reason and ECC series. 100,000 GPUs: 2.5 million
     lines, 600 MB, about 5-7 s (most of it building the one big string). Note one 64 MiB body holds
-    about 11,000 GPUs of this shape.
+    about 11,000 GPUs of this shape. ``demo`` (:func:`demo_fleet`) and ``at``: the demo fleet's readings at
+    ``at`` (after the backfill's heat wave, every problem started) instead of random gauges and counters.
     """
-    columns = _columns(random.Random(seed), [gpu[3] for gpu in gpus])
+    rng = random.Random(seed)
+    models = [gpu[3] for gpu in gpus]
+    columns = _columns(rng, models)
+    if demo is not None:
+        at = at or dt.datetime.now(tz=dt.UTC)
+        _demo_columns(columns, [demo_reading(demo[gpu[0]], at=at, heat=0.0, started=True, rng=rng) for gpu in gpus],
+                      models)
     labels = _labels(gpus, driver_version)
     counters = DEFAULT_COUNTERS + (HEALTH_COUNTERS if health_fields else ())
     parts: list[str] = []
@@ -153,3 +165,106 @@ def synthetic_gpus(count: int, *, seed: int, per_host: int = 8,
         host = f"node-{index // per_host + 1:05d}"
         gpus.append((uuid, host, f"00000000:{buses[index % per_host % len(buses)]}:00.0", model))
     return gpus
+
+
+# --- the demo fleet ------------------------------------------------------------------------------------------------
+# SYNTHETIC, for ``make run``'s demo only: the 24 h backfill (``services.telemetry_demo_backfill``) and the demo
+# exporter (``manage.py dcgm_exporter_sim``) both read each GPU's level and problems from here, keyed by its UUID,
+# so the live scrapes continue the history (same band, same counters, same last XID) instead of starting a cliff.
+
+DEMO_SEED = 1
+# About 0.5 % of the fleet has a problem (12 of 2,000 GPUs), in this order: a small fleet gets the first ones.
+DEMO_PROBLEM_SHARE = 0.006
+DEMO_ROLES = ("remap_failure", "xid79", "thermal", "xid13", "dbe_rate", "xid48", "thermal", "xid74", "xid43",
+              "xid95", "thermal", "remap_failure")
+# The DCGM XID gauge from a problem's onset on: the values it takes in turn, 30 s apart (the gauge holds the last
+# one). 48 is followed by its 171 detail (a DBE in DRAM: an RMA); 13 and 43 are application faults (never flagged).
+DEMO_XIDS = {"xid79": (79,), "xid48": (48, 171), "xid74": (74,), "xid95": (95,), "xid13": (13,), "xid43": (43,)}
+DEMO_XID_GAP = dt.timedelta(seconds=30)
+DEMO_DBE_EVERY = dt.timedelta(minutes=100)
+DEMO_TEMP_MID = 57.0  # GPU temperatures at base power spread 52-62 C (a heat wave adds up to 22 C)  # "dbe_rate": a double-bit ECC error every 100 minutes
+
+
+class DemoGpu(NamedTuple):
+    temp: float  # GPU temperature (C) at its base power, before any heat wave
+    power: float  # base power draw (W)
+    role: str = ""  # "" (healthy) or one of DEMO_ROLES
+    extra_c: float = 0.0  # "thermal": this much hotter than its rack peers at the same power (10-20 C)
+    onset: float = 0.0  # when the problem starts, as a fraction of the backfill window (the exporter: long ago)
+
+
+class DemoReading(NamedTuple):
+    power_w: float
+    throttle_mask: int
+    gpu_temp_c: int
+    mem_temp_c: int
+    tlimit_c: int
+    sm_clock_mhz: int
+    ecc_sbe: int
+    ecc_dbe: int
+    remap_corr: int
+    remap_unc: int
+    remap_failure: bool
+    xid: int
+
+
+def demo_fleet(uuids: Sequence[str], *, seed: int = DEMO_SEED) -> dict[str, DemoGpu]:
+    """Every GPU's level, deterministic by ``seed`` and UUID (not by order); the first ``DEMO_PROBLEM_SHARE`` of
+    the GPUs in a seeded order get the problems of :data:`DEMO_ROLES` in turn."""
+    drawn = {}
+    for uuid in uuids:
+        rng = random.Random(f"{seed}:{uuid}")
+        # (order key, temperature, power, a thermal outlier's excess, onset of a problem)
+        drawn[uuid] = (rng.random(), DEMO_TEMP_MID + (rng.random() - 0.5) * 10, 370 + rng.random() * 20,
+                       10 + rng.random() * 10, 0.2 + rng.random() * 0.6)
+    fleet = {uuid: DemoGpu(temp, power) for uuid, (_, temp, power, _, _) in drawn.items()}
+    problems = round(len(drawn) * DEMO_PROBLEM_SHARE)
+    for index, uuid in enumerate(sorted(drawn, key=lambda u: (drawn[u][0], u))[:problems]):
+        _, temp, power, extra, onset = drawn[uuid]
+        role = DEMO_ROLES[index % len(DEMO_ROLES)]
+        if role == "thermal":  # from the middle of the band, so it stands 10-20 C above its peers' median
+            fleet[uuid] = DemoGpu(DEMO_TEMP_MID, power, role, extra, onset)
+        else:
+            fleet[uuid] = DemoGpu(temp, power, role, 0.0, onset)
+    return fleet
+
+
+def demo_reading(gpu: DemoGpu, *, at: dt.datetime, heat: float, started: bool, rng: random.Random) -> DemoReading:
+    """One sample of ``gpu`` at ``at``: its level plus ``heat`` (C; it draws 9 W more per degree) and noise;
+    its problem shows once ``started``."""
+    temp = gpu.temp + gpu.extra_c + heat + rng.uniform(-1.5, 1.5)
+    power = gpu.power + heat * 9 + rng.uniform(-25, 25)
+    hot = temp > 82
+    role = gpu.role if started else ""
+    dbe = 0
+    if gpu.role == "dbe_rate":  # volatile counter: since the (synthetic) driver reload at the start of the month
+        month = at.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+        dbe = int((at - month) / DEMO_DBE_EVERY)
+    remap_failure = role == "remap_failure"
+    return DemoReading(round(power, 1), 0x40 if hot else 0, round(temp), round(temp + 6), round(88 - temp),
+                       1980 - (150 if hot else 0), dbe * 3, dbe, 3 if gpu.role == "remap_failure" else 0,
+                       (9 if remap_failure else 6) if gpu.role == "remap_failure" else 0, remap_failure,
+                       DEMO_XIDS[role][-1] if role in DEMO_XIDS else 0)
+
+
+def _demo_columns(columns: dict[str, list[str]], readings: Sequence[DemoReading], models: list[str]) -> None:
+    """Replace the random gauges and counters by the demo's readings (the other series keep their values)."""
+    power_max = [700.0 if any(big in model for big in ("H100", "H200", "B200")) else 400.0 for model in models]
+    loads = [min(1.0, max(0.0, (r.power_w - 60) / (top - 60))) for r, top in zip(readings, power_max, strict=True)]
+    columns.update({
+        "DCGM_FI_DEV_SM_CLOCK": [str(r.sm_clock_mhz) for r in readings],
+        "DCGM_FI_DEV_MEMORY_TEMP": [str(r.mem_temp_c) for r in readings],
+        "DCGM_FI_DEV_GPU_TEMP": [str(r.gpu_temp_c) for r in readings],
+        "DCGM_FI_DEV_POWER_USAGE": [f"{r.power_w:f}" for r in readings],
+        "DCGM_FI_DEV_PCIE_REPLAY_COUNTER": ["0"] * len(readings),
+        "DCGM_FI_DEV_GPU_UTIL": [str(int(load * 100)) for load in loads],
+        "DCGM_FI_DEV_XID_ERRORS": [str(r.xid) for r in readings],
+        "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS": [str(r.remap_unc) for r in readings],
+        "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS": [str(r.remap_corr) for r in readings],
+        "DCGM_FI_DEV_ROW_REMAP_FAILURE": [str(int(r.remap_failure)) for r in readings],
+        "DCGM_FI_PROF_GR_ENGINE_ACTIVE": [f"{load:f}" for load in loads],
+        "DCGM_FI_DEV_GPU_TEMP_LIMIT": [str(r.tlimit_c) for r in readings],
+        "DCGM_FI_DEV_CLOCKS_EVENT_REASONS": [str(r.throttle_mask) for r in readings],
+        "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL": [str(r.ecc_sbe) for r in readings],
+        "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL": [str(r.ecc_dbe) for r in readings],
+    })

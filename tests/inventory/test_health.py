@@ -21,7 +21,7 @@ from inventory.telemetry.rollup import rollup_range
 from inventory.telemetry.store import SampleRow, get_store
 from tests import factories
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.sqlite]  # the same criteria on both backends
 
 NOW = dt.datetime(2026, 3, 10, 12, 0, tzinfo=dt.UTC)
 

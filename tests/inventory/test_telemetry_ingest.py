@@ -361,3 +361,70 @@ def test_scrape_group_fetches_concurrently_and_records_each_source(exporter):
     good.refresh_from_db()
     assert good.last_samples == 2 and good.last_error == ""
     assert all("timed out" in IngestSource.objects.get(pk=h.pk).last_error.lower() for h in hangs)
+
+
+# --- the demo's synthetic problems, and the demo exporter continuing the history ----------------------------------
+
+@pytest.fixture
+def demo_rack(monkeypatch):
+    """32 GPUs in one rack, 12 of them (every demo role once) with a synthetic problem."""
+    from inventory.telemetry import synth
+
+    monkeypatch.setattr(synth, "DEMO_PROBLEM_SHARE", len(synth.DEMO_ROLES) / 32)
+    rack = factories.rack(factories.site("demo"), name="demo-r01")
+    servers = [factories.server(rack, hostname=f"demo-{n:02d}", rack_unit=2 + 8 * n) for n in range(4)]
+    gpus = [factories.gpu(server) for server in servers for _ in range(8)]
+    roles = synth.demo_fleet([gpu.uuid for gpu in gpus])
+    return {gpu.pk: roles[gpu.uuid].role for gpu in gpus}, servers
+
+
+@pytest.mark.sqlite
+def test_demo_backfill_has_a_few_problem_gpus_that_health_flags(demo_rack):
+    from inventory.telemetry.health import health_evaluate
+    from inventory.telemetry.models import HealthFlag
+
+    roles, _ = demo_rack
+    now = dt.datetime(2026, 3, 2, 12, 0, tzinfo=dt.UTC)
+    done = services.telemetry_demo_backfill(hours=12, now=now)
+    assert done["samples"] == 32 * 144 + 1  # the 48 before its 171
+    health_evaluate(now=now)
+    flagged = {(HealthFlag.objects.get(pk=pk).gpu_id, kind, severity) for pk, kind, severity in
+               HealthFlag.objects.values_list("pk", "kind", "severity")}
+    by_role = {role: {(kind, severity) for gpu, kind, severity in flagged if roles[gpu] == role}
+               for role in set(roles.values())}
+    assert by_role[""] == set()  # healthy GPUs: no flag
+    assert by_role["remap_failure"] == {("row_remap_failure", "rma")}
+    assert by_role["xid48"] == {("rma_xid", "rma")}  # a DBE with its DRAM detail
+    for role in ("xid79", "xid74", "xid95"):
+        assert by_role[role] == {("rma_xid", "drain")}
+    assert by_role["xid13"] == by_role["xid43"] == set()  # application XIDs: recorded, never counted
+    assert XidEvent.objects.filter(hardware=False, xid__in=(13, 43)).count() == 2
+    assert {kind for kind, _ in by_role["thermal"]} == {"thermal_outlier"}
+    assert by_role["dbe_rate"] == {("error_rate", "watch")} or by_role["dbe_rate"] == {("error_rate", "drain")}
+
+
+@pytest.mark.sqlite
+def test_demo_exporter_continues_the_backfill(demo_rack):
+    """A scrape of the demo exporter right after the backfill: the same band (no cliff at the present), the same
+    counters and last XIDs (no new XID event, no counter change except the GPU with an ECC error every 100 min)."""
+    from inventory.telemetry.synth import demo_fleet
+
+    roles, servers = demo_rack
+    now = timezone.now()
+    services.telemetry_demo_backfill(hours=2, now=now)
+    before = {latest.gpu_id: latest for latest in GpuLatest.objects.all()}
+    events = XidEvent.objects.count()
+    gpus = [(gpu.uuid, server.hostname, gpu.pci_bus_id, "NVIDIA H100 80GB HBM3")
+            for server in servers for gpu in server.gpus.order_by("id")]
+    body = dcgm_text_for(gpus, seed=7, health_fields=True, demo=demo_fleet([gpu[0] for gpu in gpus]))
+    services.telemetry_ingest(source=source("demo"), content=body, fmt="prometheus")
+    services.telemetry_merge()
+    assert XidEvent.objects.count() == events
+    for latest in GpuLatest.objects.all():
+        old = before[latest.gpu_id]
+        assert abs(latest.gpu_temp_c - old.gpu_temp_c) <= 6, roles[latest.gpu_id]
+        assert abs(latest.power_w - old.power_w) <= 60
+        assert (latest.last_xid, latest.remap_unc, latest.remap_failure) == (old.last_xid, old.remap_unc,
+                                                                            old.remap_failure)
+        if roles[latest.gpu_id] != "dbe_rate":
+            assert latest.ecc_dbe == old.ecc_dbe == 0

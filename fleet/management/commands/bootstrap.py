@@ -34,6 +34,7 @@ from fleet.audit import SYSTEM
 from fleet.roles import ADMIN, APPROVER, OPERATOR, VIEWER, roles_sync, user_set_role
 from inventory.models import Gpu
 from inventory.seed import inventory_is_empty
+from inventory.telemetry.health import health_evaluate
 from inventory.telemetry.services import telemetry_demo_backfill
 
 DEMO_ROLES = (VIEWER, OPERATOR, APPROVER)
@@ -117,6 +118,9 @@ class Command(BaseCommand):
         self.stdout.write(f"Firmware catalog: {firmware}")
         telemetry = telemetry_demo_backfill(hours=24, actor=SYSTEM)
         self.stdout.write(f"Telemetry: {telemetry['samples']:,} samples over 24 h for {telemetry['gpus']:,} GPUs")
+        health = health_evaluate()  # the Health page is populated from the start; beat re-evaluates every 5 minutes
+        flags = ", ".join(f"{n} {kind}" for kind, n in health["candidates"].items()) or "none"
+        self.stdout.write(f"Health: {health['raised']} GPUs flagged ({flags})")
         rollout = rollout_demo_create(simulator_url=settings.FLEET_DEMO_BMC_URL, actor=SYSTEM)
         if rollout is not None:
             self.stdout.write(f"Demo rollout '{rollout.name}' ({rollout.get_state_display()}) on the BMC simulator "

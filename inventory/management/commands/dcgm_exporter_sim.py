@@ -1,7 +1,9 @@
 """``manage.py dcgm_exporter_sim --port 9400``: a dcgm-exporter stand-in for the demo (and a real scrape target).
 
 Serves ``/metrics`` with synthetic dcgm-exporter text (``inventory.telemetry.synth``) for every placed GPU with
-a UUID in the database; values change on every scrape. The GPU list is re-read every minute.
+a UUID in the database; values change on every scrape (noise) around each GPU's demo level, with the demo's
+problem GPUs (``synth.demo_fleet``, the same as the 24 h backfill's, so the live values continue its history).
+The GPU list is re-read every minute.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from django.core.management.base import BaseCommand, CommandParser
 from django.db import close_old_connections
 
 from inventory.telemetry.selectors import gpus_with_identity
-from inventory.telemetry.synth import dcgm_text_for
+from inventory.telemetry.synth import DemoGpu, dcgm_text_for, demo_fleet
 
 
 class _Exporter:
@@ -24,6 +26,7 @@ class _Exporter:
         self.limit = limit
         self.lock = threading.Lock()
         self.gpus: list[tuple[str, str, str, str]] = []
+        self.demo: dict[str, DemoGpu] = {}
         self.loaded_at = 0.0
         self.scrapes = itertools.count(1)
 
@@ -31,10 +34,12 @@ class _Exporter:
         with self.lock:
             if time.monotonic() - self.loaded_at > 60:
                 close_old_connections()
-                self.gpus = gpus_with_identity()[: self.limit]
+                gpus = gpus_with_identity()
+                self.demo = demo_fleet([gpu[0] for gpu in gpus])  # the whole fleet's, as the backfill's
+                self.gpus = gpus[: self.limit]
                 self.loaded_at = time.monotonic()
-            gpus = self.gpus
-        return dcgm_text_for(gpus, seed=next(self.scrapes), health_fields=True).encode()
+            gpus, demo = self.gpus, self.demo
+        return dcgm_text_for(gpus, seed=next(self.scrapes), health_fields=True, demo=demo).encode()
 
 
 class Command(BaseCommand):
