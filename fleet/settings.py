@@ -218,13 +218,14 @@ if REDIS_URL:
     CELERY_BROKER_TRANSPORT_OPTIONS: dict = {"visibility_timeout": 3600}
 else:
     _broker = VAR_DIR / "broker"
-    for sub in ("out", "processed"):
+    for sub in ("out", "processed", "control"):
         (_broker / sub).mkdir(parents=True, exist_ok=True)
     CELERY_BROKER_URL = "filesystem://"
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(_broker / "out"),
         "data_folder_out": str(_broker / "out"),
         "data_folder_processed": str(_broker / "processed"),
+        "control_folder": str(_broker / "control"),  # exchange tables (kombu's default: ./control in the cwd)
         "store_processed": False,
     }
 CELERY_TASK_SERIALIZER = "json"
