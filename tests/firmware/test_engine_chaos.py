@@ -186,7 +186,7 @@ def test_redis_restarted_mid_rollout(users, simulator, chaos_settings, monkeypat
 
     from celery import Celery
 
-    publisher = Celery("chaos-publisher", broker=broker)
+    publisher = Celery("chaos-publisher", broker=broker, set_as_current=False)  # the tasks keep the app
     publisher.conf.broker_connection_retry_on_startup = False
 
     def send_steps(chunks):
