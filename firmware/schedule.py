@@ -13,4 +13,6 @@ BEAT_SCHEDULE: dict[str, dict] = {
     "rollout-tick": {"task": "firmware.tasks.rollout_tick_task", "schedule": _TICK, "options": {"expires": _TICK}},
     # Rewrites the compliance tables (set-based, ~1-2 s at 100,000 GPUs) for the drift report and labels.
     "compliance-recompute": {"task": "firmware.tasks.compliance_recompute_task", "schedule": 600.0},
+    # Reads every BMC's Redfish FirmwareInventory (chunked fan-out) so observed versions stay current.
+    "firmware-inventory-scan": {"task": "firmware.tasks.firmware_inventory_scan_task", "schedule": 6 * 3600.0},
 }

@@ -38,3 +38,16 @@ def test_scan_command_names_failures_and_refuses_unknown_hosts() -> None:
     assert "Scanned 1 of 1 servers" in out.getvalue()
     with pytest.raises(CommandError, match="Unknown server"):
         call_command("scan_firmware", "no-such-host")
+
+
+def test_scan_task_scans_a_chunk_of_servers() -> None:
+    from firmware import tasks
+
+    with running_simulator(bmcs=3, prefix="task-") as sim:
+        fleet = rollout_fleet.build(servers=3, bmc_url=lambda n: sim.bmc_url(f"task-{n + 1:04d}"))
+        chunks = tasks.scan_chunks(2)
+        assert chunks == [[fleet.servers[0].pk, fleet.servers[1].pk], [fleet.servers[2].pk]]
+        result = tasks.firmware_inventory_scan_task(chunks[0])
+    assert result == {"scanned": 2, "recorded": result["recorded"], "failed": 0} and result["recorded"] > 0
+    assert FirmwareObservation.objects.filter(server=fleet.servers[0], source="redfish").exists()
+    assert not FirmwareObservation.objects.filter(server=fleet.servers[2], source="redfish").exists()
