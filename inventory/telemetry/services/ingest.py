@@ -1,10 +1,4 @@
-"""Every telemetry write: ingest (scrape, push, file), ingest sources, the demo backfill.
-
-``telemetry_ingest`` is the one entry point of the three ingest paths (beat scrape, ``POST
-/api/v1/telemetry/...``, ``manage.py ingest_telemetry``): parse, map identities, write in one transaction
-(:mod:`inventory.telemetry.store`), then record the outcome on the source. Telemetry batches are data, not
-changes of record, so they are not audited; changes to ingest sources are.
-"""
+"""Ingest: parse, map and write bodies in one transaction, and record each outcome on its source."""
 
 from __future__ import annotations
 
@@ -12,7 +6,6 @@ import collections
 import datetime as dt
 import hashlib
 import logging
-import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -20,101 +13,22 @@ from typing import Any, NamedTuple
 
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
-from django.db.models import F
 from django.utils import timezone
 
-from fleet.audit import Actor, audited_create, audited_delete, audited_update
-from inventory.models import Gpu
-from inventory.telemetry.models import IngestKind, IngestSource, XidEvent, XidSource, xid_is_hardware
+from fleet.audit import Actor
+from inventory.telemetry.models import IngestSource, XidEvent, XidSource, xid_is_hardware
 from inventory.telemetry.sample import GpuSample, ParsedBatch, TelemetryParseError, XidLine
-from inventory.telemetry.store import MergeResult, SampleRow, WriteResult, get_store
+from inventory.telemetry.services.identities import _identity_text, identity_cache_clear, map_identities
+from inventory.telemetry.store import WriteResult, get_store
 
 log = logging.getLogger(__name__)
+
 
 FORMATS = ("prometheus", "nvidia-smi-xml", "nvidia-smi-csv", "kernel-log")
 UNKNOWN_EXAMPLES = 20
 TOO_OLD = "too_old"  # a sample older than the raw retention window: counted, not written
 UNKNOWN_GPU = "unknown_gpu"
 
-
-# --- identities ----------------------------------------------------------------------------------------
-
-class _Identities:
-    """UUID -> gpu id and (hostname, PCI bus id) -> gpu id, per process.
-
-    Loaded whole (100,000 GPUs: one query, ~0.2 s) and reloaded every ``MAX_AGE`` seconds (placements
-    change: the host + bus map may be that stale); a UUID or host + bus that misses is looked up on its own
-    at once, so a new GPU is known from its first batch.
-    """
-
-    MAX_AGE = 300.0
-
-    def __init__(self) -> None:
-        self.by_uuid: dict[str, int] = {}
-        self.by_slot: dict[tuple[str, str], int] = {}
-        self.loaded_at = 0.0
-        self.lock = threading.Lock()
-
-    def clear(self) -> None:
-        with self.lock:
-            self.by_uuid, self.by_slot, self.loaded_at = {}, {}, 0.0
-
-    def _load(self, queryset) -> None:  # type: ignore[no-untyped-def]
-        for gpu_id, uuid, hostname, bus in queryset.values_list("id", "uuid", "server__hostname", "pci_bus_id"):
-            if uuid:
-                self.by_uuid[uuid] = gpu_id
-            if hostname and bus:
-                self.by_slot[(hostname, bus)] = gpu_id
-
-    def refresh_if_old(self) -> None:
-        if time.monotonic() - self.loaded_at > self.MAX_AGE:
-            with self.lock:
-                self.by_uuid, self.by_slot = {}, {}
-                self._load(Gpu.objects.all())
-                self.loaded_at = time.monotonic()
-
-    def look_up(self, uuids: set[str], slots: set[tuple[str, str]]) -> None:
-        """Ask the database for identities that missed (new GPUs since the last load)."""
-        with self.lock:
-            if uuids:
-                self._load(Gpu.objects.filter(uuid__in=uuids))
-            hosts = {host for host, _ in slots}
-            if hosts:
-                self._load(Gpu.objects.filter(server__hostname__in=hosts))
-
-
-_identities = _Identities()
-
-
-def identity_cache_clear() -> None:
-    """Forget every cached identity (tests; after a bulk re-numbering)."""
-    _identities.clear()
-
-
-def _identity_text(sample: GpuSample | XidLine) -> str:
-    return sample.uuid or f"{sample.host or '?'}:{sample.pci_bus_id or '?'}"
-
-
-def _gpu_id(item: GpuSample | XidLine) -> int | None:
-    gpu_id = _identities.by_uuid.get(item.uuid) if item.uuid else None
-    if gpu_id is None and item.host and item.pci_bus_id:
-        gpu_id = _identities.by_slot.get((item.host, item.pci_bus_id))
-    return gpu_id
-
-
-def map_identities(items: Sequence[GpuSample | XidLine]) -> list[int | None]:
-    """Gpu ids for ``items`` (None where unknown); identities that miss the cache are looked up once."""
-    _identities.refresh_if_old()
-    ids = [_gpu_id(item) for item in items]
-    missing = [item for item, gpu_id in zip(items, ids, strict=True) if gpu_id is None]
-    if missing:
-        _identities.look_up({item.uuid for item in missing if item.uuid},
-                            {(item.host, item.pci_bus_id) for item in missing if item.host and item.pci_bus_id})
-        ids = [gpu_id if gpu_id is not None else _gpu_id(item) for item, gpu_id in zip(items, ids, strict=True)]
-    return ids
-
-
-# --- ingest -------------------------------------------------------------------------------------------------
 
 @dataclass
 class IngestResult:
@@ -344,16 +258,6 @@ def telemetry_ingest(*, source: IngestSource | None, content: bytes | str, fmt: 
     return outcome
 
 
-def telemetry_merge() -> MergeResult:
-    """Merge the inbox into the raw, counter, XID and latest-value tables (PostgreSQL; nothing to do on SQLite).
-
-    Its own transaction, with the inbox locked: safe to run concurrently with ingest and with itself (a second
-    merge waits, then finds the inbox empty). The beat runs it every 15 s; the rollup tick and the demo backfill
-    run it before they read raw data.
-    """
-    return get_store().merge()
-
-
 def _error_text(exc: Exception) -> str:
     if isinstance(exc, TelemetryParseError):
         return f"{exc.reason}: {exc}"[:1000]
@@ -432,207 +336,3 @@ def source_record(*, source: IngestSource, now: dt.datetime, result: IngestResul
                   error: str = "", duration_ms: int | None = None) -> None:
     """Record one ingest attempt on its source (see :func:`sources_record`)."""
     sources_record(records=[SourceRecord(source, result if result is not None else error, duration_ms)], now=now)
-
-
-# --- sources --------------------------------------------------------------------------------------------------
-
-SOURCE_FIELDS = ("name", "kind", "url", "host", "enabled", "interval_s", "timeout_s")
-
-
-@transaction.atomic
-def ingest_source_create(*, actor: Actor | None, **fields: Any) -> IngestSource:
-    return audited_create(model_class=IngestSource, actor=actor, **fields)  # type: ignore[return-value]
-
-
-@transaction.atomic
-def ingest_source_update(*, source: IngestSource, actor: Actor | None, before: dict[str, Any] | None = None,
-                         **fields: Any) -> dict[str, list[Any]]:
-    return audited_update(obj=source, actor=actor, before=before, **fields)
-
-
-@transaction.atomic
-def ingest_source_delete(*, source: IngestSource, actor: Actor | None) -> None:
-    """Delete a source; its XID events keep their data (``ingest_source`` becomes null)."""
-    audited_delete(obj=source, actor=actor)
-
-
-def ingest_source_for(*, name: str, kind: str, actor: Actor | None) -> IngestSource:
-    """The source named ``name`` (a push or file source is created on first use)."""
-    source = IngestSource.objects.filter(name=name).first()
-    if source is None:
-        try:
-            source = ingest_source_create(actor=actor, name=name, kind=kind)
-        except IntegrityError:  # created by a concurrent request
-            source = IngestSource.objects.get(name=name)
-    return source
-
-
-# --- scraping ---------------------------------------------------------------------------------------------------
-
-def scrape_claim(*, now: dt.datetime, limit: int) -> list[int]:
-    """Claim up to ``limit`` minus the in-flight count of due scrape sources; return their ids.
-
-    A claim sets ``scrape_in_flight_until`` (now + timeout + a margin); the scrape clears it. A crashed scrape's
-    claim simply expires. ``SKIP LOCKED``: two beat ticks never claim the same source.
-    """
-    with transaction.atomic():
-        in_flight = IngestSource.objects.filter(kind=IngestKind.SCRAPE, scrape_in_flight_until__gt=now).count()
-        free = max(limit - in_flight, 0)
-        if not free:
-            return []
-        candidates = (IngestSource.objects.select_for_update(skip_locked=True)
-                      .filter(kind=IngestKind.SCRAPE, enabled=True)
-                      .exclude(scrape_in_flight_until__gt=now)
-                      .order_by(F("last_attempt_at").asc(nulls_first=True), "id"))
-        claimed = []
-        for source in candidates[: free * 4]:
-            due = source.last_attempt_at is None or source.last_attempt_at + dt.timedelta(
-                seconds=source.interval_s) <= now + dt.timedelta(seconds=1)
-            if not due:
-                continue
-            source.scrape_in_flight_until = now + dt.timedelta(seconds=source.timeout_s + 30)
-            claimed.append(source)
-            if len(claimed) >= free:
-                break
-        IngestSource.objects.bulk_update(claimed, ["scrape_in_flight_until"], batch_size=1000)
-    return [source.pk for source in claimed]
-
-
-def _fetch(url: str, timeout: float) -> bytes:
-    import urllib.request
-
-    if not url.startswith(("http://", "https://")):
-        raise ValueError(f"not an http(s) URL: {url!r}")
-    request = urllib.request.Request(url, headers={"Accept": "text/plain", "User-Agent": "fleet-telemetry"})  # noqa: S310
-    limit = settings.FLEET_TELEMETRY_MAX_BYTES
-    deadline = time.monotonic() + timeout
-    with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310
-        chunks, size = [], 0
-        while chunk := response.read(1 << 16):
-            chunks.append(chunk)
-            size += len(chunk)
-            if size > limit:
-                raise TelemetryParseError(f"the body is over {limit} bytes", reason="body_too_large")
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"no complete response within {timeout:g} s")
-    return b"".join(chunks)
-
-
-SCRAPE_GROUP = 256  # sources per scrape message: 256 nodes x 8 GPUs = ~2,000 samples, one inbox COPY
-
-
-def sources_scrape(*, sources: Sequence[IngestSource], now: dt.datetime | None = None,
-                   threads: int | None = None) -> list[IngestResult | Exception]:
-    """Fetch a group of scrape sources concurrently (a small thread pool; each fetch with its source's timeout,
-    capped by FLEET_TELEMETRY_SCRAPE_TIMEOUT) and ingest every body that arrived with ONE write
-    (:func:`telemetry_ingest_many`). A failing or hanging endpoint holds up no other fetch; its error is
-    recorded on its own source. Never raises for one source's failure."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    now = now or timezone.now()
-    cap = settings.FLEET_TELEMETRY_SCRAPE_TIMEOUT
-
-    def fetch(source: IngestSource) -> tuple[bytes | Exception, int]:
-        started = time.perf_counter()
-        try:
-            body: bytes | Exception = _fetch(source.url, min(source.timeout_s, cap))
-        except Exception as exc:  # noqa: BLE001 - any failure of one endpoint is its own, recorded
-            body = exc
-        return body, int((time.perf_counter() - started) * 1000)
-
-    workers = max(1, min(threads or settings.FLEET_TELEMETRY_SCRAPE_CONCURRENCY, len(sources)))
-    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="scrape") as pool:
-        fetched = list(pool.map(fetch, sources))
-    failed = [SourceRecord(source, body, ms) for source, (body, ms) in zip(sources, fetched, strict=True)
-              if isinstance(body, Exception)]
-    sources_record(records=failed, now=now)
-    good = [(source, body, ms) for source, (body, ms) in zip(sources, fetched, strict=True)
-            if not isinstance(body, Exception)]
-    outcomes: dict[int, IngestResult | Exception] = {record.source.pk: record.outcome for record in failed}  # type: ignore[misc]
-    if good:
-        try:
-            results = telemetry_ingest_many(items=[IngestItem(source, body, "prometheus") for source, body, _ in good],
-                                            now=now, fetch_ms=[ms for _, _, ms in good])
-        except Exception as exc:  # noqa: BLE001 - recorded on every source by telemetry_ingest_many
-            log.warning("telemetry scrape write of %d sources failed", len(good), exc_info=True)
-            results = [exc] * len(good)
-        outcomes.update({source.pk: result for (source, _, _), result in zip(good, results, strict=True)})
-    return [outcomes[source.pk] for source in sources]
-
-
-def source_scrape(*, source: IngestSource, now: dt.datetime | None = None) -> IngestResult | None:
-    """Fetch and ingest one scrape source. Errors are recorded on it, not raised (None)."""
-    outcome = sources_scrape(sources=[source], now=now)[0]
-    return outcome if isinstance(outcome, IngestResult) else None
-
-
-# --- demo --------------------------------------------------------------------------------------------------------
-
-DEMO_SOURCE = "demo-exporter"
-DEMO_URL = "http://127.0.0.1:9400/metrics"
-
-
-def telemetry_demo_backfill(*, hours: int = 24, actor: Actor | None = None, now: dt.datetime | None = None,
-                            step_s: int = 300) -> dict[str, int]:
-    """Write ``hours`` of SYNTHETIC history for the demo fleet (every placed GPU with a UUID), one sample per GPU
-    every ``step_s`` seconds, through the normal write path (an hour of steps per batch and transaction), then
-    roll it up; and register the ``demo-exporter`` scrape source (``manage.py dcgm_exporter_sim``).
-
-    Each GPU's level and problems come from ``synth.demo_fleet`` (shared with the demo exporter, so the live
-    scrapes continue this history): about 0.5 % of the GPUs get a row-remap failure, a hardware XID (79, 48 +
-    171, 74, 95), an application XID (13, 43: recorded, never flagged), a double-bit ECC error every 100
-    minutes, or run 10-20 C hotter than their rack peers at the same power. A heat wave crosses the racks
-    during the period (gone at both ends), so the heatmap playback shows heat moving.
-    """
-    import math
-    import random
-
-    from inventory.telemetry.rollup import rollup_range
-    from inventory.telemetry.synth import DEMO_XID_GAP, DEMO_XIDS, demo_fleet, demo_reading
-
-    now = now or timezone.now()
-    end = now.replace(second=0, microsecond=0) - dt.timedelta(minutes=now.minute % 5)
-    start = end - dt.timedelta(hours=hours)
-    gpus = list(Gpu.objects.filter(server__isnull=False, uuid__isnull=False)
-                .order_by("rack_id", "server_id", "module_id", "id").values_list("id", "rack_id", "uuid"))
-    demo = demo_fleet([uuid for _, _, uuid in gpus])
-    racks = sorted({rack for _, rack, _ in gpus if rack is not None})
-    rack_pos = {rack: i / max(len(racks), 1) for i, rack in enumerate(racks)}
-    rng = random.Random(1)
-    steps = int(hours * 3600 // step_s)
-    onsets = {uuid: int(gpu.onset * steps) for uuid, gpu in demo.items() if gpu.role}
-    per_batch = max(1, 3600 // step_s)  # an hour of steps per write: one transaction, and on SQLite few commits
-    store = get_store()
-    samples, rows, rolled = 0, [], start
-    for step in range(steps):
-        ts = start + dt.timedelta(seconds=step * step_s)
-        wave_at = -0.15 + 1.3 * step / max(steps - 1, 1)  # the wave's position along the racks, off them at both ends
-        heats = {rack: 22 * math.exp(-((abs(pos - wave_at) * 12) ** 2)) for rack, pos in rack_pos.items()}
-        for gpu_id, rack, uuid in gpus:
-            heat = heats.get(rack, 0.0)
-            r = demo_reading(demo[uuid], at=ts, heat=heat, started=step >= onsets.get(uuid, steps), rng=rng)
-            row = SampleRow(ts, gpu_id, r.power_w, r.throttle_mask, r.gpu_temp_c, r.mem_temp_c, r.tlimit_c,
-                            r.sm_clock_mhz, r.ecc_sbe, r.ecc_dbe, r.remap_corr, r.remap_unc, r.remap_failure, 0,
-                            False, r.xid)
-            if step == onsets.get(uuid) and demo[uuid].role in DEMO_XIDS:  # the XIDs before the gauge's last one
-                earlier = DEMO_XIDS[demo[uuid].role][:-1]
-                rows.extend(row._replace(ts=ts - DEMO_XID_GAP * (len(earlier) - i), xid=xid)
-                            for i, xid in enumerate(earlier))
-            rows.append(row)
-        # The first step alone: it holds every GPU's first counter values (baseline counter rows), which SQLite's
-        # 5-minute rollup joins with each sample group of its window (an hour: 5 s; one step: 0.3 s).
-        if rows and (step == 0 or step % per_batch == per_batch - 1 or step == steps - 1):
-            with transaction.atomic():
-                samples += store.write_samples(rows).samples
-            rows = []
-            telemetry_merge()  # PostgreSQL: the inbox, an hour at a time (the latest values move with each)
-            # Rolled up as it goes, an hour at a time like beat's tick: one 24-hour rollup took 34 s on SQLite.
-            done = ts + dt.timedelta(seconds=step_s)
-            rollup_range(start=rolled, end=done)
-            rolled = done
-    ingest_source_for(name=DEMO_SOURCE, kind=IngestKind.SCRAPE, actor=actor)
-    source = IngestSource.objects.get(name=DEMO_SOURCE)
-    if not source.url:
-        ingest_source_update(source=source, actor=actor, url=DEMO_URL, kind=IngestKind.SCRAPE)
-    return {"gpus": len(gpus), "samples": samples, "steps": steps}
-
