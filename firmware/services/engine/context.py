@@ -1,0 +1,113 @@
+"""What a chunk of steps shares (_Context), and the idempotency keys of a target's side effects."""
+
+from __future__ import annotations
+
+import uuid
+from collections import defaultdict
+from typing import Any
+
+from django.db import connection, transaction
+from django.utils import timezone
+
+from firmware.models import BundleItem, ComponentSpec, Rollout, RolloutTarget, TargetState, TargetStep
+from firmware.redfish import resets_for
+from firmware.services.engine.locks import _pg
+from firmware.services.plan import Strategy, strategy_parse
+
+
+class _Context:
+    """What a chunk of steps shares: bundle items, component specs, windows, the servers' pools (read once per
+    chunk), and the successes to count and observe at its end."""
+
+    def __init__(self, server_ids: list[int]) -> None:
+        from firmware.models import MaintenanceWindow, Pool
+
+        self.items: dict[int, list[BundleItem]] = {}
+        self.specs = {s.component: s for s in ComponentSpec.objects.all()}
+        self.strategies: dict[int, Strategy] = {}
+        self.windows = list(MaintenanceWindow.objects.filter(enabled=True).order_by("kind", "id"))
+        self.pools: dict[int, list[int]] = defaultdict(list)
+        if server_ids:
+            for server_id, pool_id in Pool.servers.through.objects.filter(server_id__in=server_ids).values_list(
+                    "server_id", "pool_id"):
+                self.pools[server_id].append(pool_id)
+        self.succeeded: list[tuple[Any, list[int], list[dict[str, Any]]]] = []
+        self.steps: dict[int, dict[str, TargetStep]] = defaultdict(dict)
+        self.fresh: set[str] = set()  # keys recorded by this chunk: their side effect is still to send
+
+    def load_steps(self, targets: list[RolloutTarget]) -> None:
+        """The recorded steps of the chunk's targets, by their possible keys: an equality lookup on the unique
+        ``idem_key`` index, whatever the table's statistics say (a target_id IN list seq-scanned a table that grew
+        during the benchmark)."""
+        keys = [key for t in targets for key in _step_keys(t)]
+        for start in range(0, len(keys), 1000):
+            for step in TargetStep.objects.filter(idem_key__in=keys[start:start + 1000]):
+                self.steps[step.target_id][step.idem_key] = step
+
+    def record_planned(self, targets: list[RolloutTarget]) -> None:
+        """Record, in one flushed transaction, the side effect each target is about to send (an update of its
+        current item, or its next activation action): ``_record`` for the whole chunk at once."""
+        planned: list[TargetStep] = []
+        now = timezone.now()
+        token = f"recorded by chunk {uuid.uuid4().hex}"  # tells our inserts from a concurrent step's
+        for t in targets:
+            recorded = self.steps[t.pk]
+            if t.state == TargetState.STAGING and t.item_index < len(t.work):
+                item = t.work[t.item_index]
+                key = f"{t.pk}:{item['release']}:update"
+                if key not in recorded:
+                    planned.append(TargetStep(target=t, release_id=item["release"], kind="update", idem_key=key,
+                                              requested_at=now, messages=[token]))
+            elif t.state == TargetState.ACTIVATING:
+                for action in _activation_actions(t.work):
+                    key = f"{t.pk}:{action}"
+                    if key not in recorded:
+                        planned.append(TargetStep(target=t, kind="activate" if action == "activate" else "reset",
+                                                  idem_key=key, requested_at=now, messages=[token]))
+                        break
+                    if recorded[key].response_status is None:
+                        break  # recorded, never confirmed: sent again below, no new record
+        if not planned:
+            return
+        with transaction.atomic():
+            if _pg():
+                with connection.cursor() as cursor:
+                    cursor.execute("SET LOCAL synchronous_commit TO on")
+            TargetStep.objects.bulk_create(planned, ignore_conflicts=True)
+        keys = [p.idem_key for p in planned]
+        for step in TargetStep.objects.filter(idem_key__in=keys):
+            self.steps[step.target_id][step.idem_key] = step
+            if step.messages == [token]:  # inserted by this chunk (ignore_conflicts hides which rows were)
+                self.fresh.add(step.idem_key)
+
+    def step(self, target: RolloutTarget, key: str) -> tuple[TargetStep | None, bool]:
+        """(the recorded step for ``key``, whether it was recorded by this chunk and not sent yet)."""
+        return self.steps[target.pk].get(key), key in self.fresh
+
+    def windows_for(self, site_id: int | None, pool_ids: list[int]) -> list[Any]:
+        return [w for w in self.windows if (w.site_id is None and w.pool_id is None)
+                or (w.site_id is not None and w.site_id == site_id and w.pool_id is None)
+                or (w.pool_id is not None and w.pool_id in pool_ids)]
+
+    def bundle_items(self, bundle_id: int) -> list[BundleItem]:
+        if bundle_id not in self.items:
+            self.items[bundle_id] = list(BundleItem.objects.filter(bundle_id=bundle_id).select_related("release")
+                                         .order_by("order", "id"))
+        return self.items[bundle_id]
+
+    def strategy(self, rollout: Rollout) -> Strategy:
+        if rollout.pk not in self.strategies:
+            self.strategies[rollout.pk] = strategy_parse(rollout.strategy)
+        return self.strategies[rollout.pk]
+
+
+def _step_keys(target: RolloutTarget) -> list[str]:
+    """Every idempotency key a target's steps may have recorded (one update per bundle item, the activation
+    actions)."""
+    work = target.work or []
+    return ([f"{target.pk}:{item['release']}:update" for item in work]
+            + [f"{target.pk}:{action}" for action in _activation_actions(work)] if work else [])
+
+
+def _activation_actions(work: list[dict[str, Any]]) -> list[str]:
+    return ["activate", *(f"reset:{kind}" for kind in resets_for({w["activation"] for w in work}))]
