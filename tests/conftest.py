@@ -80,3 +80,29 @@ def celery_worker_process(transactional_db):
         proc.wait(timeout=20)
     except subprocess.TimeoutExpired:
         proc.kill()
+
+
+# Tables the migrations create with SQL (partitioned on PostgreSQL) rather than through models Django manages:
+# the flush after a ``transactional_db`` test does not empty them, so rows would leak into later tests.
+RAW_TELEMETRY_TABLES = ("telemetry_inbox", "telemetry_sample", "telemetry_counter", "telemetry_rollup5m",
+                        "telemetry_rollupgroup5m")
+
+
+@pytest.fixture(autouse=True)
+def _empty_raw_telemetry_tables_after_transactional_tests(request):
+    yield
+    marker = request.node.get_closest_marker("django_db")
+    transactional = (bool(marker and marker.kwargs.get("transaction"))
+                     or {"transactional_db", "live_server"} & set(request.fixturenames))
+    if not transactional:
+        return
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute(f"TRUNCATE {', '.join(RAW_TELEMETRY_TABLES)}")
+        else:
+            existing = set(connection.introspection.table_names(cursor))
+            for table in RAW_TELEMETRY_TABLES:
+                if table in existing:
+                    cursor.execute(f"DELETE FROM {table}")  # noqa: S608 - fixed table names

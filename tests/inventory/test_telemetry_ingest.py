@@ -5,11 +5,9 @@ from __future__ import annotations
 
 import datetime as dt
 import io
-import os
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 
 import pytest
 from django.core.management import CommandError, call_command
@@ -21,9 +19,9 @@ from inventory.telemetry.models import GpuLatest, IngestKind, IngestSource, XidE
 from inventory.telemetry.sample import TelemetryParseError
 from inventory.telemetry.synth import dcgm_text_for
 from tests import factories
+from tests.samples import SAMPLES
 
 pytestmark = pytest.mark.django_db
-SAMPLES = Path(os.environ.get("FLEET_SAMPLES", Path(__file__).resolve().parents[3] / "shared" / "samples"))
 
 
 @pytest.fixture(autouse=True)
@@ -33,10 +31,7 @@ def _fresh_caches():
 
 
 def sample(relative: str) -> bytes:
-    path = SAMPLES / relative
-    if not path.exists():
-        pytest.skip(f"{path} not found (set FLEET_SAMPLES to the shared samples folder)")
-    return path.read_bytes()
+    return (SAMPLES / relative).read_bytes()
 
 
 def raw_count() -> int:
