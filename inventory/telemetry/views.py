@@ -10,7 +10,7 @@ from django.contrib import messages
 from django.core.exceptions import ValidationError
 from django.http import Http404, HttpResponse
 from django.shortcuts import get_object_or_404, redirect
-from django.urls import NoReverseMatch, reverse
+from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from fleet.pagination import keyset_page
@@ -37,13 +37,6 @@ HEATMAP_METRICS = {"gpu_temp": "GPU temperature (°C)", "power": "Power (W)", "h
 
 # --- heatmap ------------------------------------------------------------------------------------------------
 
-def _api_url(name: str, fallback: str) -> str:
-    try:
-        return reverse(name)
-    except NoReverseMatch:
-        return fallback
-
-
 @viewer_required
 def heatmap(request: HtmxHttpRequest) -> HttpResponse:
     metric = request.GET.get("metric", "gpu_temp")
@@ -52,8 +45,8 @@ def heatmap(request: HtmxHttpRequest) -> HttpResponse:
     context = {
         "metric": metric,
         "metrics": HEATMAP_METRICS,
-        "data_url": _api_url("api:telemetry-heatmap", "/api/v1/telemetry/heatmap/"),
-        "frames_url": _api_url("api:telemetry-heatmap-frames", "/api/v1/telemetry/heatmap/frames/"),
+        "data_url": reverse("api:telemetry-heatmap"),
+        "frames_url": reverse("api:telemetry-heatmap-frames"),
         "gpu_panel_url": reverse("telemetry-heatmap-gpu", args=[0]).removesuffix("0/"),
         "rack_panel_url": reverse("telemetry-heatmap-rack", args=[0]).removesuffix("0/"),
     }
