@@ -9,6 +9,7 @@ from django.utils import timezone
 
 from firmware import redfish
 from firmware.models import ErrorClass, RolloutState, RolloutTarget, TargetState, TargetStep, WaveState
+from firmware.models.rollout import TARGET_PAST_NO_RETURN
 from firmware.services import engine
 from firmware.services import rollout as svc
 from firmware.simulator.testing import running_simulator
@@ -20,7 +21,8 @@ GPU_IDS = [f"HGX_FW_GPU_SXM_{n}" for n in range(1, 9)]
 
 @pytest.fixture
 def drive(monkeypatch, settings):
-    """``drive(rollout, until)``: tick and run the steps it sends, in this process, until ``until(rollout)``."""
+    """``drive(rollout, until)``: tick and run the steps it sends, in this process, until ``until(rollout)``;
+    ``each_step()``, if given, is called after the tick and after every chunk of steps."""
     settings.CELERY_TASK_ALWAYS_EAGER = True  # services do not publish a tick: this driver ticks
     settings.FLEET_BMC_TIMEOUT = 2
     settings.FLEET_ROLLOUT_LEASE_SECONDS = 2
@@ -28,12 +30,14 @@ def drive(monkeypatch, settings):
     monkeypatch.setattr(engine, "send_steps", lambda chunks: queue.extend(chunks))
     redfish._CLIENTS.clear()
 
-    def run(rollout, until, timeout: float = 40):
+    def run(rollout, until, timeout: float = 40, each_step=lambda: None):
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             engine.rollout_tick()
+            each_step()
             while queue:
                 engine.target_steps(queue.pop(0))
+                each_step()
             rollout.refresh_from_db()
             if until(rollout):
                 return rollout
@@ -170,6 +174,59 @@ def test_a_hardware_xid_during_soak_fails_the_wave(users, drive):
                                 source="kernel")
         rollout = drive(rollout, _done)
     assert rollout.state == RolloutState.PAUSED and "hardware XID 79" in rollout.pause_reason
+
+
+def _most_unavailable(servers_of: dict[str, set[int]]):
+    """An ``each_step`` observer: the most targets of each group (name -> server ids) seen at once past the point
+    of no return (activating or verifying: the server is down)."""
+    most = dict.fromkeys(servers_of, 0)
+
+    def observe():
+        down = set(RolloutTarget.objects.filter(state__in=TARGET_PAST_NO_RETURN).values_list("server_id", flat=True))
+        for name, ids in servers_of.items():
+            most[name] = max(most[name], len(down & ids))
+
+    return most, observe
+
+
+def test_max_unavailable_per_site_holds_at_every_step_and_the_rollout_completes(users, drive, settings):
+    settings.FLEET_ROLLOUT_CHUNK = 1  # one target per chunk: the observer sees every single transition
+    with running_simulator(bmcs=8, task_seconds=0, bmc_reset_seconds=0.3, seed=1) as sim:
+        fleet = _fleet(sim, 8, per_rack=1, sites=2)
+        rollout = _start(fleet, users, canary=False, waves=[100], max_unavailable={"per_site": 2})
+        sites = {site.code: {s.pk for s in fleet.servers if s.rack.site_id == site.pk} for site in fleet.sites}
+        most, observe = _most_unavailable(sites)
+        waited = set()
+
+        def each_step():
+            observe()
+            waited.update(RolloutTarget.objects.filter(last_error__contains="servers of the site unavailable")
+                          .values_list("pk", flat=True))
+
+        rollout = drive(rollout, _done, timeout=60, each_step=each_step)
+        assert rollout.state == RolloutState.COMPLETED, rollout.pause_reason
+    assert set(rollout.targets.values_list("state", flat=True)) == {TargetState.SUCCEEDED}
+    assert all(len(ids) == 4 for ids in sites.values())
+    assert most == dict.fromkeys(sites, 2), most  # reached, never passed
+    assert waited  # the cap held targets back, it was not merely never tested
+
+
+def test_max_unavailable_per_pool_holds_at_every_step_and_the_rollout_completes(users, drive, settings):
+    from firmware.services import catalog
+    from fleet.audit import SYSTEM
+
+    settings.FLEET_ROLLOUT_CHUNK = 1
+    with running_simulator(bmcs=6, task_seconds=0, bmc_reset_seconds=0.3, seed=1) as sim:
+        fleet = _fleet(sim, 6, per_rack=1, sites=2)
+        pool = catalog.pool_create(name="train", actor=SYSTEM, servers=fleet.servers[:4])  # spans both sites
+        rollout = _start(fleet, users, canary=False, waves=[100], max_unavailable={"per_pool": 1})
+        most, observe = _most_unavailable({"train": {s.pk for s in pool.servers.all()},
+                                           "outside": {s.pk for s in fleet.servers[4:]}})
+        rollout = drive(rollout, _done, timeout=60, each_step=observe)
+        assert rollout.state == RolloutState.COMPLETED, rollout.pause_reason
+    assert set(rollout.targets.values_list("state", flat=True)) == {TargetState.SUCCEEDED}
+    assert most["train"] == 1, most
+    assert most["outside"] == 2, most  # servers in no pool are not held back by the pool cap
 
 
 def test_redfish_driver_multipart_push_and_retry_after(settings):
