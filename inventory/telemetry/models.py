@@ -298,6 +298,9 @@ class HealthFlag(models.Model):
         ]
         indexes = [
             models.Index(fields=["severity", "id"], condition=Q(cleared_at__isnull=True), name="tel_health_open_idx"),
+            # The Health page's kind filter over open flags. Its site and model filters go through the GPU
+            # (gpu_site_idx, gpu_model_idx) and back by tel_health_one_open, whose first column is gpu.
+            models.Index(fields=["kind", "id"], condition=Q(cleared_at__isnull=True), name="tel_health_open_kind_idx"),
             models.Index(fields=["gpu", "-raised_at"], name="tel_health_gpu_idx"),
         ]
 
