@@ -9,6 +9,7 @@ from django.db import connection
 TICK_LOCK = zlib.crc32(b"fleet.rollout.tick")
 SERVER_LOCK_NS = zlib.crc32(b"fleet.rollout.server") & 0x7FFFFFFF
 SITE_LOCK_NS = zlib.crc32(b"fleet.rollout.site") & 0x7FFFFFFF
+POOL_LOCK_NS = zlib.crc32(b"fleet.rollout.pool") & 0x7FFFFFFF
 
 
 def _pg() -> bool:

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import F
+from django.db.models import Count, F
 from django.utils import timezone
 
 from firmware.models import ErrorClass, RolloutState, RolloutTarget, TargetState
@@ -18,7 +18,14 @@ from firmware.redfish import BmcError, bmc_client_forget
 from firmware.services import engine
 from firmware.services.engine.context import _Context
 from firmware.services.engine.dispatch import _chunks
-from firmware.services.engine.locks import SITE_LOCK_NS, _async_commit, _lock_servers, _pg, _unlock_servers
+from firmware.services.engine.locks import (
+    POOL_LOCK_NS,
+    SITE_LOCK_NS,
+    _async_commit,
+    _lock_servers,
+    _pg,
+    _unlock_servers,
+)
 from firmware.services.engine.outcomes import (
     Outcome,
     _AlreadyApplied,
@@ -156,8 +163,13 @@ def _draining(target: RolloutTarget, ctx: _Context) -> Outcome:
     with transaction.atomic():
         busy = RolloutTarget.objects.filter(state__in=TARGET_PAST_NO_RETURN).exclude(pk=target.pk)
         if _pg():
+            # The site's lock, then each pool's in id order (a fixed order: no deadlock), held to the commit, so
+            # two steps never both see the last free slot of a site or of a pool that spans sites.
+            pool_locks = sorted(pools) if strategy.max_unavailable_per_pool else []
             with connection.cursor() as cursor:
                 cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [SITE_LOCK_NS, target.site_id or 0])
+                for pool_id in pool_locks:
+                    cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [POOL_LOCK_NS, pool_id])
         if strategy.max_unavailable_per_site and target.site_id is not None:
             n = busy.filter(site_id=target.site_id).count()
             if n >= strategy.max_unavailable_per_site:
@@ -165,10 +177,12 @@ def _draining(target: RolloutTarget, ctx: _Context) -> Outcome:
         if strategy.max_unavailable_per_pool and pools:
             from firmware.models import Pool
 
-            through = Pool.servers.through.objects.filter(pool_id__in=pools).values("server_id")
-            n = busy.filter(server_id__in=through).count()
-            if n >= strategy.max_unavailable_per_pool:
-                return _later(target, 3, last_error=f"waiting: {n} servers of the pool unavailable")
+            # Each pool on its own: a server in two pools waits only when one of them is at its cap.
+            per_pool = (Pool.servers.through.objects.filter(pool_id__in=pools, server_id__in=busy.values("server_id"))
+                        .values("pool_id").annotate(n=Count("server_id")).order_by())
+            full = [row for row in per_pool if row["n"] >= strategy.max_unavailable_per_pool]
+            if full:
+                return _later(target, 3, last_error=f"waiting: {full[0]['n']} servers of the pool unavailable")
         # Claim the slot inside the lock: the CAS below is what others count.
         updated = RolloutTarget.objects.filter(pk=target.pk, state=target.state, version=target.version).update(
             state=TargetState.ACTIVATING, version=F("version") + 1, last_error="", deadline_at=None,
