@@ -183,6 +183,8 @@ FLEET_TELEMETRY_PARTITIONS_AHEAD = int(os.environ.get("FLEET_TELEMETRY_PARTITION
 FLEET_TELEMETRY_MAX_BYTES = int(os.environ.get("FLEET_TELEMETRY_MAX_BYTES", str(64 * 1024 * 1024)))  # one body
 FLEET_TELEMETRY_SCRAPE_TIMEOUT = float(os.environ.get("FLEET_TELEMETRY_SCRAPE_TIMEOUT", "10"))  # seconds
 FLEET_TELEMETRY_SCRAPE_CONCURRENCY = int(os.environ.get("FLEET_TELEMETRY_SCRAPE_CONCURRENCY", "16"))  # in flight
+# Scrape sources claimed at once by one beat tick (sent 256 per message).
+FLEET_TELEMETRY_SCRAPE_IN_FLIGHT = int(os.environ.get("FLEET_TELEMETRY_SCRAPE_IN_FLIGHT", "16384"))
 FLEET_TELEMETRY_ROLLUP_GRACE = int(os.environ.get("FLEET_TELEMETRY_ROLLUP_GRACE", "120"))  # s of late data kept
 
 # --- REST API ------------------------------------------------------------------------------------

@@ -17,16 +17,11 @@ from inventory.telemetry.health import health_evaluate
 from inventory.telemetry.models import IngestSource
 
 
-def _scrape_in_flight() -> int:
-    """Sources claimed at once (in flight): by default the whole fleet's exporters, 16 group tasks' worth."""
-    return int(getattr(settings, "FLEET_TELEMETRY_SCRAPE_IN_FLIGHT", 64 * services.SCRAPE_GROUP))
-
-
 @shared_task
 def telemetry_scrape_task() -> int:
     """Beat, every 30 s: claim the due scrape sources and send them in groups of ``services.SCRAPE_GROUP``
     (256) per message; each group task fetches its sources concurrently and writes once."""
-    ids = services.scrape_claim(now=timezone.now(), limit=_scrape_in_flight())
+    ids = services.scrape_claim(now=timezone.now(), limit=settings.FLEET_TELEMETRY_SCRAPE_IN_FLIGHT)
     for start in range(0, len(ids), services.SCRAPE_GROUP):
         group = ids[start:start + services.SCRAPE_GROUP]
         transaction.on_commit(lambda group=group: telemetry_scrape_many_task.delay(group))
@@ -43,12 +38,6 @@ def telemetry_scrape_many_task(source_ids: list[int]) -> int:
     with audit_source(AuditSource.WORKER):
         outcomes = services.sources_scrape(sources=sources)
     return sum(outcome.samples for outcome in outcomes if isinstance(outcome, services.IngestResult))
-
-
-@shared_task(soft_time_limit=120, time_limit=150)
-def telemetry_scrape_one_task(source_id: int) -> int:
-    """One source (messages sent before the grouped scrape): the group task with one id."""
-    return telemetry_scrape_many_task(source_ids=[source_id])
 
 
 @shared_task(expires=30)
