@@ -51,25 +51,16 @@ def compliance_recompute_task() -> dict[str, Any]:
 SCAN_CHUNK = 50
 
 
-def scan_chunks(size: int | None = None) -> list[list[int]]:
-    """The ids of every server with a BMC address, SCAN_CHUNK per message."""
-    from inventory.models import Server
-
-    size = size or SCAN_CHUNK
-    ids = list(Server.objects.exclude(bmc_address="").order_by("id").values_list("id", flat=True))
-    return [ids[start:start + size] for start in range(0, len(ids), size)]
-
-
 @shared_task(ignore_result=True)
 def firmware_inventory_scan_task(server_ids: list[int] | None = None) -> dict[str, Any]:
     """Without ids (beat, every 6 hours): send one message per SCAN_CHUNK servers with a BMC address. With ids:
     read those servers' Redfish FirmwareInventory and record it. Running it twice records the same versions
     again (``last_seen`` moves)."""
-    from firmware.services.observations import firmware_inventory_scan
+    from firmware.services.observations import firmware_inventory_scan, inventory_scan_chunks
     from inventory.models import Server
 
     if server_ids is None:
-        chunks = scan_chunks()
+        chunks = inventory_scan_chunks(SCAN_CHUNK)
         for chunk in chunks:
             firmware_inventory_scan_task.delay(chunk)
         return {"servers": sum(map(len, chunks)), "messages": len(chunks)}

@@ -26,17 +26,22 @@ class InventoryRecordResult:
 
 
 @transaction.atomic
+def inventory_specs() -> list[ComponentSpec] | None:
+    """The component specs with a Redfish id pattern (None: the built-in patterns of ``inventory_map``)."""
+    return list(ComponentSpec.objects.exclude(inventory_pattern="")) or None
+
+
 def firmware_inventory_record(*, server: Server, members: list[dict], seen_at: dt.datetime,
-                              actor: Actor | None) -> InventoryRecordResult:
+                              actor: Actor | None, specs: list[ComponentSpec] | None = None) -> InventoryRecordResult:
     """Record what one server's BMC reports in its FirmwareInventory (SoftwareInventory documents).
 
     Server components are observed on the server; when several items of one component disagree (the ERoTs
     of the BMC and of each GPU) the lowest version is recorded, so compliance never looks better than the
     weakest item. Per-GPU items (``HGX_FW_GPU_SXM_<n>``, ``HGX_InfoROM_GPU_SXM_<n>``, ``GPU<n>``) go to the
-    server's GPU whose module id is ``n``; the VBIOS and InfoROM columns of the GPU follow.
+    server's GPU whose module id is ``n``; the VBIOS and InfoROM columns of the GPU follow. ``specs``: from
+    ``inventory_specs()`` (read once by callers that record many servers).
     """
-    specs = list(ComponentSpec.objects.exclude(inventory_pattern=""))
-    found = components_from_inventory(members, specs or None)
+    found = components_from_inventory(members, specs if specs is not None else inventory_specs())
     gpus = {g.module_id: g for g in Gpu.objects.filter(server=server, module_id__isnull=False)}
     result = InventoryRecordResult()
     by_component: dict[str, list[str]] = {}
@@ -86,6 +91,7 @@ def firmware_inventory_scan(*, servers: list[Server], actor: Actor | None) -> In
     from firmware.redfish import BmcError, bmc_client
 
     result = InventoryScanResult()
+    specs = inventory_specs()
     for server in servers:
         if not server.bmc_address:
             result.failed[server.hostname] = "no BMC address"
@@ -96,7 +102,14 @@ def firmware_inventory_scan(*, servers: list[Server], actor: Actor | None) -> In
         except BmcError as exc:
             result.failed[server.hostname] = str(exc)
             continue
-        recorded = firmware_inventory_record(server=server, members=members, seen_at=timezone.now(), actor=actor)
+        recorded = firmware_inventory_record(server=server, members=members, seen_at=timezone.now(), actor=actor,
+                                             specs=specs)
         result.scanned += 1
         result.recorded += len(recorded.recorded)
     return result
+
+
+def inventory_scan_chunks(size: int) -> list[list[int]]:
+    """The ids of every server with a BMC address, ``size`` per chunk (one scan message each)."""
+    ids = list(Server.objects.exclude(bmc_address="").order_by("id").values_list("id", flat=True))
+    return [ids[start:start + size] for start in range(0, len(ids), size)]

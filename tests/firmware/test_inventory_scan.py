@@ -6,7 +6,7 @@ from io import StringIO
 import pytest
 from django.core.management import CommandError, call_command
 
-from firmware.services.observations import firmware_inventory_scan
+from firmware.services.observations import firmware_inventory_scan, inventory_scan_chunks
 from firmware.simulator.testing import running_simulator
 from inventory.models import FirmwareObservation
 from tests.firmware import rollout_fleet
@@ -45,7 +45,7 @@ def test_scan_task_scans_a_chunk_of_servers() -> None:
 
     with running_simulator(bmcs=3, prefix="task-") as sim:
         fleet = rollout_fleet.build(servers=3, bmc_url=lambda n: sim.bmc_url(f"task-{n + 1:04d}"))
-        chunks = tasks.scan_chunks(2)
+        chunks = inventory_scan_chunks(2)
         assert chunks == [[fleet.servers[0].pk, fleet.servers[1].pk], [fleet.servers[2].pk]]
         result = tasks.firmware_inventory_scan_task(chunks[0])
     assert result == {"scanned": 2, "recorded": result["recorded"], "failed": 0} and result["recorded"] > 0

@@ -118,11 +118,8 @@ def _flush_successes(ctx: _Context) -> None:
 
     for release_id, n in per_release.items():
         Release.objects.filter(pk=release_id).update(success_count=F("success_count") + n)
-    try:
-        from firmware.services.catalog import PER_GPU
-        from firmware.services.observations import SOURCE, firmware_inventory_record
-    except ImportError:  # the catalog's observation services are not installed
-        return
+    from firmware.services.catalog import PER_GPU
+    from firmware.services.observations import SOURCE, firmware_inventory_record
     from inventory import services as inventory_services
 
     specs = [s for s in ctx.specs.values() if s.inventory_pattern] or None
@@ -130,12 +127,13 @@ def _flush_successes(ctx: _Context) -> None:
     server_rows, per_gpu = [], []
     for server, _releases, members in ctx.succeeded:
         found = components_from_inventory(members, specs)
-        server_rows += [(server.pk, c, v) for c, _i, v in found if c not in PER_GPU]
         if any(c in PER_GPU for c, _i, _v in found):
-            per_gpu.append((server, members))
+            per_gpu.append((server, members))  # recorded whole (server and GPU items) below
+        else:
+            server_rows += [(server.pk, c, v) for c, _i, v in found]
     with transaction.atomic():
         if server_rows:
             inventory_services.firmware_observe_many(server_versions=server_rows, source=SOURCE, seen_at=now,
                                                      actor=ENGINE)
         for server, members in per_gpu:
-            firmware_inventory_record(server=server, members=members, seen_at=now, actor=ENGINE)
+            firmware_inventory_record(server=server, members=members, seen_at=now, actor=ENGINE, specs=specs)
