@@ -25,7 +25,7 @@ from firmware.models import (
 )
 from firmware.services import catalog as services
 from fleet.admin import AuditedModelAdmin, ReadOnlyModelAdmin, adopt
-from fleet.audit import audited_create, audited_delete, audited_update
+from fleet.audit import audited_create, audited_delete, audited_update, snapshot
 
 
 def _create(*, model_class: type, actor: Any, **fields: Any) -> Any:
@@ -58,7 +58,7 @@ class ReleaseAdmin(CatalogAdmin):
         return False
 
     def save_model(self, request: HttpRequest, obj: Release, form: Any, change: bool) -> None:
-        before = services.release_snapshot(Release.objects.get(pk=obj.pk))
+        before = snapshot(Release.objects.get(pk=obj.pk))
         fields = {name: form.cleaned_data[name] for name in form.changed_data}
         obj.refresh_from_db()
         if fields:

@@ -115,7 +115,6 @@ class ErrorClass(models.TextChoices):
 TARGET_CANCELLABLE = (TargetState.PENDING, TargetState.PRECHECK, TargetState.STAGING, TargetState.DRAINING)
 TARGET_PAST_NO_RETURN = (TargetState.ACTIVATING, TargetState.VERIFYING)
 TARGET_IN_FLIGHT = (TargetState.PRECHECK, TargetState.STAGING, TargetState.DRAINING, *TARGET_PAST_NO_RETURN)
-TARGET_UNAVAILABLE = (TargetState.DRAINING, *TARGET_PAST_NO_RETURN)
 TARGET_DONE = (TargetState.SUCCEEDED, TargetState.SKIPPED, TargetState.FAILED, TargetState.CANCELLED,
                TargetState.ROLLED_BACK)
 

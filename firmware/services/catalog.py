@@ -79,19 +79,6 @@ def component_specs_ensure(*, actor: Actor | None) -> int:
 _RELEASE_IMMUTABLE = ("component", "version", "sha256", "size_bytes", "image_url", "image_file")
 
 
-def json_snapshot(obj: Any) -> dict[str, Any]:
-    """``fleet.audit.snapshot`` made JSON-safe for the catalog's fields that it does not cover: an uploaded
-    file as its name, a time of day as ISO text."""
-    from django.db.models.fields.files import FieldFile
-
-    return {k: (v.name or "" if isinstance(v, FieldFile) else v.isoformat() if isinstance(v, dt.time) else v)
-            for k, v in snapshot(obj).items()}
-
-
-def release_snapshot(release: Release) -> dict[str, Any]:
-    return json_snapshot(release)
-
-
 def _check_sha256(sha256: str) -> str:
     value = sha256.strip().lower()
     if len(value) != 64 or any(ch not in "0123456789abcdef" for ch in value):
@@ -132,7 +119,7 @@ def release_create(*, component: str, version: str, sha256: str, actor: Actor | 
     release.save()
     release.platforms.set(list(platforms))
     release.gpu_models.set(list(gpu_models))
-    audit_write(actor=actor, action=AuditAction.CREATE, obj=release, changes=diff({}, release_snapshot(release)))
+    audit_write(actor=actor, action=AuditAction.CREATE, obj=release, changes=diff({}, snapshot(release)))
     return release
 
 
@@ -146,7 +133,7 @@ def release_update(*, release: Release, actor: Actor | None, **fields: Any) -> d
                                       "Fixed once the release exists: create a new release.") for name in frozen})
     if "min_from_version" in fields:
         fields["min_from_version"] = fields["min_from_version"].strip()
-    return audited_update(obj=release, actor=actor, before=release_snapshot(release), **fields)
+    return audited_update(obj=release, actor=actor, before=snapshot(release), **fields)
 
 
 @transaction.atomic
@@ -161,7 +148,7 @@ def release_set_channel(*, release: Release, channel: str, actor: Actor | None, 
     release = Release.objects.select_for_update().get(pk=release.pk)
     if release.channel == channel:
         return release
-    before = release_snapshot(release)
+    before = snapshot(release)
     release.channel = channel
     release.revoked_reason = reason if channel == Channel.REVOKED else ""
     release.save(update_fields=["channel", "revoked_reason"])
@@ -342,7 +329,7 @@ def window_create(*, name: str, actor: Actor | None, kind: str = WindowKind.ALLO
                                duration_minutes=duration_minutes, timezone=timezone_name, enabled=enabled)
     window.full_clean()
     window.save()
-    audit_write(actor=actor, action=AuditAction.CREATE, obj=window, changes=diff({}, json_snapshot(window)))
+    audit_write(actor=actor, action=AuditAction.CREATE, obj=window, changes=diff({}, snapshot(window)))
     return window
 
 
