@@ -18,6 +18,7 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
+from fleet import dispatch
 from fleet.audit import Actor, SystemActor, actor_fields
 from fleet.models import Job, JobChunk, JobStatus
 
@@ -50,11 +51,12 @@ def job_start(*, kind: str, ids: Sequence[int], params: dict[str, Any], actor: A
     return job
 
 
-def _send(job_id: int, indexes: Sequence[int]) -> None:
-    from fleet.tasks import job_chunk_task
+JOB_CHUNK_TASK = "fleet.tasks.job_chunk_task"
 
+
+def _send(job_id: int, indexes: Sequence[int]) -> None:
     for index in indexes:
-        job_chunk_task.delay(job_id, index)
+        dispatch.send(JOB_CHUNK_TASK, job_id, index)
 
 
 @transaction.atomic

@@ -9,6 +9,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from fleet import dispatch
 from fleet import tasks as fleet_tasks
 from fleet.models import AuditEvent, Job, JobStatus
 from inventory import selectors, services
@@ -278,7 +279,7 @@ def test_bulk_transition_above_the_limit_is_a_job(api, operator, settings, monke
     settings.FLEET_BULK_SYNC_LIMIT, settings.FLEET_BULK_CHUNK = 3, 2
     gpus = [factories.gpu(state="in_service") for _ in range(5)]
     # The worker's chunk task runs here, synchronously, where the commit hook would enqueue it.
-    monkeypatch.setattr(fleet_tasks.job_chunk_task, "delay", lambda *args: fleet_tasks.job_chunk_task(*args))
+    monkeypatch.setattr(dispatch, "send", lambda name, *args: fleet_tasks.job_chunk_task(*args))
     client = api("operator")
     with django_capture_on_commit_callbacks(execute=True) as callbacks:
         response = client.post(f"{V1}/gpus/bulk-transition/", {"gpus": [g.pk for g in gpus], "to_state": "drained"},

@@ -7,7 +7,7 @@ import time
 import pytest
 from django.conf import settings
 
-from fleet import jobs
+from fleet import dispatch, jobs
 from fleet.jobs import job_run_chunk, job_start
 from fleet.models import AuditEvent, Job, JobStatus
 from inventory import services
@@ -72,7 +72,7 @@ def test_a_job_whose_messages_were_lost_is_resumed_and_finishes(celery_worker_pr
     """The messages never reach a worker (lost with a killed worker); the stall watchdog sends them again."""
     gpus = [factories.gpu(state="in_service") for _ in range(7)]
     with monkeypatch.context() as patch:
-        patch.setattr(jobs, "_send", lambda job_id, indexes: None)  # lost on the way
+        patch.setattr(dispatch, "send", lambda name, *args: None)  # lost on the way
         job = job_start(kind=services.BULK_TRANSITION_JOB, ids=[g.pk for g in gpus], actor=operator,
                         chunk_size=3, params={"to_state": "drained", "reason": "lost"})
     time.sleep(1)
