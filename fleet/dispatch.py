@@ -27,6 +27,8 @@ def send(name: str, *args: Any, **kwargs: Any) -> bool:
 
     try:
         if app.conf.task_always_eager:
+            if name not in app.tasks:
+                app.loader.import_default_modules()  # autodiscovery is lazy outside a worker
             app.tasks[name].apply(args=args, kwargs=kwargs, throw=True)
         else:
             app.send_task(name, args=args, kwargs=kwargs)
