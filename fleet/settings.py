@@ -59,6 +59,7 @@ INSTALLED_APPS = [
     "django_htmx",
     "fleet",
     "inventory",
+    "inventory.telemetry",
     "firmware",
 ]
 

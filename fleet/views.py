@@ -118,7 +118,7 @@ class AuditFilterForm(forms.Form):
     source = forms.ChoiceField(required=False, choices=[("", "Any source"), *AuditSource.choices])
     action = forms.ChoiceField(required=False, choices=[("", "Any action"), *AuditAction.choices])
     type = forms.ModelChoiceField(required=False, label="Object type", empty_label="Any type",
-                                  queryset=ContentType.objects.filter(app_label__in=("inventory", "fleet", "firmware"))
+                                  queryset=ContentType.objects.filter(app_label__in=("inventory", "telemetry", "fleet", "firmware"))
                                   .order_by("app_label", "model"))
     object_id = forms.CharField(required=False, max_length=64, widget=forms.HiddenInput)
     since = forms.DateField(required=False, label="From", widget=forms.DateInput(attrs={"type": "date"}))

@@ -233,5 +233,3 @@ class ImportRunAdmin(ReadOnlyModelAdmin):
     search_fields = ["filename"]
     exclude = ["content"]
 
-
-from inventory.telemetry import admin as telemetry_admin  # noqa: E402, F401  (registers the telemetry models)

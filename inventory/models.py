@@ -417,16 +417,3 @@ class ImportRun(models.Model):
     def __str__(self) -> str:
         return f"import #{self.pk} {self.filename}"
 
-
-# Telemetry models live in their own module but belong to this app (one line, so Django finds them).
-from inventory.telemetry.models import (  # noqa: E402, F401
-    GpuLatest,
-    HealthFlag,
-    IngestSource,
-    Rollup1h,
-    Rollup5m,
-    RollupCursor,
-    RollupGroup1h,
-    RollupGroup5m,
-    XidEvent,
-)

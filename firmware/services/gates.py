@@ -7,7 +7,7 @@ the new version after activation. Per wave (here):
 - other waves: firmware failures above ``max_failures`` or above ``max_failure_ratio`` of the finished targets,
   applied once ``min_sample`` targets finished -> fail;
 - when every target is done: after ``soak_seconds``, no new hardware XID on the updated GPUs since they were
-  updated (when telemetry is installed: ``inventory.XidEvent``), and succeeded / finished >= ``success_threshold``.
+  updated (when telemetry is installed: ``telemetry.XidEvent``), and succeeded / finished >= ``success_threshold``.
 Infrastructure failures never count as firmware failures; a wave where every target failed on infrastructure is
 inconclusive. Failures acknowledged by an operator's resume (``gate_result.ack``) are not counted again.
 """
@@ -70,7 +70,7 @@ def xid_during_soak(wave: RolloutWave) -> str:
     """A hardware XID on a GPU of a server this wave updated, since its update finished ("" if none, or if
     telemetry is not installed)."""
     try:
-        xid_model = apps.get_model("inventory", "XidEvent")
+        xid_model = apps.get_model("telemetry", "XidEvent")
     except LookupError:
         return ""
     since = RolloutTarget.objects.filter(wave=wave, state=TargetState.SUCCEEDED).aggregate(m=Min("finished_at"))["m"]

@@ -1,5 +1,5 @@
 """Django admin for telemetry: ingest sources (audited through the services); XID events and health flags
-read-only (services and the health computation write them). Imported by ``inventory/admin.py``."""
+read-only (services and the health computation write them). Django finds it as the telemetry app's admin."""
 
 from __future__ import annotations
 

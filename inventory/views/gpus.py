@@ -37,8 +37,7 @@ from inventory.forms import BulkTransitionForm, GpuTransitionForm
 from inventory.importers import gpu_csv_rows
 from inventory.lifecycle import allowed_targets
 from inventory.models import Gpu, GpuState
-from inventory.telemetry import charts
-from inventory.telemetry.health_selectors import gpu_open_flags
+from inventory.panels import panels_context
 
 GPU_SORTS = {"id": "Oldest first", "-id": "Newest first", "serial": "Serial", "state": "State"}
 
@@ -156,9 +155,7 @@ def _gpu_page(request: HtmxHttpRequest, gpu: Gpu, form: GpuTransitionForm | None
         "firmware": selectors.gpu_firmware(gpu),
         "audit": audit_rows(fleet_selectors.audit_for(gpu)[:50]),
         "audit_query": audit_query_for(gpu),
-        "chart": charts.gpu_chart(gpu),
-        "health_flags": gpu_open_flags(gpu.pk),
-        "health_query": f"gpu={gpu.pk}",
+        **panels_context("gpu", gpu=gpu),
     }
     return render(request, "inventory/gpu_detail.html", context)
 

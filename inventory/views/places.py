@@ -25,8 +25,7 @@ from fleet.views import (
 from inventory import selectors
 from inventory.filters import ServerFilter
 from inventory.models import GpuState, Rack, Row, Server, Site
-from inventory.telemetry import charts
-from inventory.telemetry.health_selectors import open_flag_counts
+from inventory.panels import panels_context
 
 ATTENTION_SHOWN = 10
 
@@ -87,8 +86,7 @@ def server_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     context = {
         "server": server,
         "gpus": gpus,
-        "chart": charts.server_chart(server, gpus),
-        "flag_counts": open_flag_counts(gpu_ids=[gpu.pk for gpu in gpus]),
+        **panels_context("server", server=server, gpus=gpus),
         "audit": audit_rows(fleet_selectors.audit_for(server)[:50]),
         "audit_query": audit_query_for(server),
     }
@@ -146,8 +144,7 @@ def rack_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
         "elevation": rack_elevation(rack, servers),
         "gpu_total": sum(s.gpu_count for s in servers),
         "power_feeds": rack.power_feeds.order_by("name"),
-        "chart": charts.group_chart("rack", rack.pk, f"Rack {rack.name}"),
-        "flag_counts": open_flag_counts(rack_id=rack.pk),
+        **panels_context("rack", rack=rack),
     }
     return render(request, "inventory/rack_detail.html", context)
 
@@ -161,8 +158,7 @@ def row_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     context = {
         "row": row,
         "racks": selectors.row_racks(row),
-        "chart": charts.group_chart("row", row.pk, f"Row {row.name}"),
-        "flag_counts": open_flag_counts(row_id=row.pk),
+        **panels_context("row", row=row),
     }
     return render(request, "inventory/row_detail.html", context)
 

@@ -11,7 +11,7 @@ from django.utils import timezone
 from inventory.telemetry.rollup import FIVE_MIN, floor
 from tests import factories
 from tests.browser.helpers import CHROMIUM, login, shot
-from tests.inventory.test_health import hours_of, sample, write
+from tests.telemetry.test_health import hours_of, sample, write
 
 playwright = pytest.importorskip("playwright.sync_api")
 

@@ -17,7 +17,7 @@ from inventory.telemetry import api_health_urls
 from inventory.telemetry.health import health_evaluate
 from inventory.telemetry.models import HealthFlag
 from tests import factories
-from tests.inventory.test_health import sample, write, xids
+from tests.telemetry.test_health import sample, write, xids
 
 pytestmark = pytest.mark.django_db
 
@@ -164,7 +164,7 @@ def test_detail_pages_carry_the_chart_panel(client, as_role, flagged):
     assert len(more) == len(gpu_queries)
 
 
-@pytest.mark.urls("tests.inventory.test_telemetry_views")
+@pytest.mark.urls("tests.telemetry.test_views")
 def test_api_lists_flags_and_acts(api, flagged, django_assert_max_num_queries):
     url = "/api/v1/telemetry/health-flags/"
     viewer = api("viewer")
