@@ -122,7 +122,7 @@ def run(args: argparse.Namespace, url: str, broker: str, reuse: bool) -> dict[st
         users.create_superuser("bench-admin", password=None)
         started = time.perf_counter()
         call_command("seed_demo", gpus=args.gpus, seed=1, verbosity=0)
-        from firmware.services.catalog import firmware_demo_seed
+        from firmware.demo import firmware_demo_seed
 
         firmware_demo_seed(actor=actor)
         say(f"seed (inventory + firmware catalog, observations): {time.perf_counter() - started:.1f} s")

@@ -2,6 +2,9 @@
 (``catalog``), and staged rollouts whose state machine lives in the database (``rollout``)."""
 
 from firmware.models.catalog import (  # noqa: F401
+    CATALOGUED,
+    COMPONENT_SPECS,
+    PER_GPU,
     Activation,
     Baseline,
     Bundle,

@@ -42,6 +42,27 @@ class Activation(models.TextChoices):
     AC_POWER_CYCLE = "ac_power_cycle", "AC power cycle"
 
 
+# (component, per GPU, update method, activation, apply order). Activation per the matrix in
+# design/rollouts.md section 1.7: BMC -> BMC reset (the HMC too); SBIOS -> chassis power cycle; CPLD, ERoT ->
+# AC power cycle; VBIOS, InfoROM, NVSwitch -> chassis power cycle; PSU -> live; NIC, DPU -> in-band tool.
+# Order: the BMCs first, then what they update, the NICs last.
+COMPONENT_SPECS: tuple[tuple[str, bool, str, str, int], ...] = (
+    (FirmwareComponent.BMC, False, UpdateMethod.SIMPLE_UPDATE, Activation.BMC_RESET, 10),
+    (FirmwareComponent.HMC, False, UpdateMethod.MULTIPART_PUSH, Activation.BMC_RESET, 20),
+    (FirmwareComponent.EROT, False, UpdateMethod.MULTIPART_PUSH, Activation.AC_POWER_CYCLE, 30),
+    (FirmwareComponent.SBIOS, False, UpdateMethod.SIMPLE_UPDATE, Activation.CHASSIS_POWER_CYCLE, 40),
+    (FirmwareComponent.CPLD, False, UpdateMethod.MULTIPART_PUSH, Activation.AC_POWER_CYCLE, 50),
+    (FirmwareComponent.GPU_VBIOS, True, UpdateMethod.MULTIPART_PUSH, Activation.CHASSIS_POWER_CYCLE, 60),
+    (FirmwareComponent.GPU_INFOROM_IMAGE, True, UpdateMethod.MULTIPART_PUSH, Activation.CHASSIS_POWER_CYCLE, 61),
+    (FirmwareComponent.NVSWITCH, False, UpdateMethod.MULTIPART_PUSH, Activation.CHASSIS_POWER_CYCLE, 70),
+    (FirmwareComponent.NIC, False, UpdateMethod.INBAND, Activation.NONE, 80),
+    (FirmwareComponent.DPU, False, UpdateMethod.INBAND, Activation.HOST_REBOOT, 81),
+    (FirmwareComponent.PSU, False, UpdateMethod.SIMPLE_UPDATE, Activation.NONE, 90),
+)
+CATALOGUED = frozenset(c for c, *_ in COMPONENT_SPECS)
+PER_GPU = frozenset(c for c, per_gpu, *_ in COMPONENT_SPECS if per_gpu)
+
+
 class ComponentSpec(models.Model):
     """How one firmware component is updated and activated, and how it appears in Redfish FirmwareInventory."""
 

@@ -168,7 +168,7 @@ def synthetic_gpus(count: int, *, seed: int, per_host: int = 8,
 
 
 # --- the demo fleet ------------------------------------------------------------------------------------------------
-# SYNTHETIC, for ``make run``'s demo only: the 24 h backfill (``services.telemetry_demo_backfill``) and the demo
+# SYNTHETIC, for ``make run``'s demo only: the 24 h backfill (``demo.telemetry_demo_backfill``) and the demo
 # exporter (``manage.py dcgm_exporter_sim``) both read each GPU's level and problems from here, keyed by its UUID,
 # so the live scrapes continue the history (same band, same counters, same last XID) instead of starting a cliff.
 

@@ -5,6 +5,7 @@ import pytest
 from django.core.management import call_command
 from django.urls import reverse
 
+from firmware import demo
 from firmware.models import Bundle, ComplianceStatus, Pool, Release
 from firmware.selectors.drift import mixed_nvlink_domains, mixed_pools
 from firmware.services import catalog
@@ -93,9 +94,9 @@ def test_baseline_approve_needs_approver(client, users):
 
 def test_firmware_demo_seed(users):
     call_command("seed_demo", "--gpus", "240", verbosity=0)
-    result = catalog.firmware_demo_seed(actor=users["admin"])
+    result = demo.firmware_demo_seed(actor=users["admin"])
     assert result["bundles"] >= 2 and result["compliance"]["drift"] > 0 and result["compliance"]["compliant"] > 0
-    assert catalog.firmware_demo_seed(actor=users["admin"]) == {"skipped": "the firmware catalog already has bundles"}
+    assert demo.firmware_demo_seed(actor=users["admin"]) == {"skipped": "the firmware catalog already has bundles"}
     assert Bundle.objects.count() == result["bundles"]
     assert any(f.mixed_servers for f in mixed_nvlink_domains())
     assert mixed_pools()

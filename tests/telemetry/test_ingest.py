@@ -14,7 +14,7 @@ from django.core.management import CommandError, call_command
 from django.db import connection
 from django.utils import timezone
 
-from inventory.telemetry import partitions, services, tasks
+from inventory.telemetry import demo, partitions, services, tasks
 from inventory.telemetry.models import GpuLatest, IngestKind, IngestSource, XidEvent
 from inventory.telemetry.sample import TelemetryParseError
 from inventory.telemetry.synth import dcgm_text_for
@@ -308,7 +308,7 @@ def test_demo_backfill_writes_history_and_registers_the_exporter():
         for _ in range(2):
             factories.gpu(server)
     now = dt.datetime(2026, 3, 2, 12, 0, tzinfo=dt.UTC)
-    done = services.telemetry_demo_backfill(hours=2, now=now)
+    done = demo.telemetry_demo_backfill(hours=2, now=now)
     assert done == {"gpus": 4, "samples": 4 * 24, "steps": 24}
     from inventory.telemetry.models import Rollup5m, RollupGroup5m
 
@@ -380,7 +380,7 @@ def test_demo_backfill_has_a_few_problem_gpus_that_health_flags(demo_rack):
 
     roles, _ = demo_rack
     now = dt.datetime(2026, 3, 2, 12, 0, tzinfo=dt.UTC)
-    done = services.telemetry_demo_backfill(hours=12, now=now)
+    done = demo.telemetry_demo_backfill(hours=12, now=now)
     assert done["samples"] == 32 * 144 + 1  # the 48 before its 171
     health_evaluate(now=now)
     flagged = {(HealthFlag.objects.get(pk=pk).gpu_id, kind, severity) for pk, kind, severity in
@@ -406,7 +406,7 @@ def test_demo_exporter_continues_the_backfill(demo_rack):
 
     roles, servers = demo_rack
     now = timezone.now()
-    services.telemetry_demo_backfill(hours=2, now=now)
+    demo.telemetry_demo_backfill(hours=2, now=now)
     before = {latest.gpu_id: latest for latest in GpuLatest.objects.all()}
     events = XidEvent.objects.count()
     gpus = [(gpu.uuid, server.hostname, gpu.pci_bus_id, "NVIDIA H100 80GB HBM3")

@@ -28,14 +28,14 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandParser
 from django.db import transaction
 
-from firmware.services.catalog import component_specs_ensure, firmware_demo_seed
-from firmware.services.rollout import rollout_demo_create
+from firmware.demo import firmware_demo_seed, rollout_demo_create
+from firmware.services.catalog import component_specs_ensure
 from fleet.audit import SYSTEM
 from fleet.roles import ADMIN, APPROVER, OPERATOR, VIEWER, roles_sync, user_set_role
+from inventory.demo import inventory_is_empty
 from inventory.models import Gpu
-from inventory.seed import inventory_is_empty
+from inventory.telemetry.demo import telemetry_demo_backfill
 from inventory.telemetry.health import health_evaluate
-from inventory.telemetry.services import telemetry_demo_backfill
 
 DEMO_ROLES = (VIEWER, OPERATOR, APPROVER)
 

@@ -8,7 +8,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from fleet.audit import SystemActor, audit_source
 from fleet.models import AuditSource
-from inventory.seed import SeedError, demo_seed
+from inventory.demo import SeedError, demo_seed
 
 
 class Command(BaseCommand):

@@ -1,5 +1,6 @@
 """Every telemetry write: ingest (scrape, push, file), ingest sources, the demo backfill. One module per concern,
-re-exported here (``from inventory.telemetry import services`` keeps working).
+re-exported here (``from inventory.telemetry import services`` keeps working). The demo backfill lives in
+:mod:`inventory.telemetry.demo`.
 
 ``telemetry_ingest`` is the one entry point of the three ingest paths (beat scrape, ``POST
 /api/v1/telemetry/...``, ``manage.py ingest_telemetry``): parse, map identities, write in one transaction
@@ -10,11 +11,9 @@ changes of record, so they are not audited; changes to ingest sources are.
 - ``ingest``: parse, map, write, and record each outcome on its source;
 - ``merge``: ``telemetry_merge``, the inbox into the tables (PostgreSQL);
 - ``sources``: ingest source create, update, delete (audited);
-- ``scrape``: claim due scrape sources, fetch them concurrently, ingest;
-- ``demo``: the SYNTHETIC demo backfill.
+- ``scrape``: claim due scrape sources, fetch them concurrently, ingest.
 """
 
-from inventory.telemetry.services.demo import DEMO_SOURCE, DEMO_URL, telemetry_demo_backfill
 from inventory.telemetry.services.identities import identity_cache_clear, map_identities
 from inventory.telemetry.services.ingest import (
     FORMATS,
@@ -44,9 +43,9 @@ from inventory.telemetry.services.sources import (
 )
 
 __all__ = [
-    "DEMO_SOURCE", "DEMO_URL", "FORMATS", "INT4_MAX", "SCRAPE_GROUP", "SOURCE_FIELDS", "TOO_OLD", "UNKNOWN_EXAMPLES",
+    "FORMATS", "INT4_MAX", "SCRAPE_GROUP", "SOURCE_FIELDS", "TOO_OLD", "UNKNOWN_EXAMPLES",
     "UNKNOWN_GPU", "IngestItem", "IngestResult", "SourceRecord", "identity_cache_clear", "ingest_source_create",
     "ingest_source_delete", "ingest_source_for", "ingest_source_update", "map_identities", "sample_rows",
-    "scrape_claim", "source_record", "source_scrape", "sources_record", "sources_scrape", "telemetry_demo_backfill",
+    "scrape_claim", "source_record", "source_scrape", "sources_record", "sources_scrape",
     "telemetry_ingest", "telemetry_ingest_many", "telemetry_merge", "telemetry_write", "xid_lines_write",
 ]

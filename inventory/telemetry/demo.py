@@ -1,4 +1,4 @@
-"""The demo backfill: SYNTHETIC telemetry history for the demo fleet and its scrape source."""
+"""Telemetry's demo seeding (``make run``): SYNTHETIC history for the demo fleet and its scrape source."""
 
 from __future__ import annotations
 
