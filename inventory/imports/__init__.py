@@ -38,7 +38,7 @@ from django.db import DataError, IntegrityError, transaction
 from fleet.audit import Actor
 from inventory import importers
 from inventory.importers.base import FORMATS, GpuRecord, ImportError_
-from inventory.imports.run import _HOSTNAME, ImportFile, ImportResult, _capped, _Import
+from inventory.imports.run import HOSTNAME, Import, ImportFile, ImportResult, capped
 from inventory.models import ImportRun
 
 __all__ = ["ImportError_", "ImportFile", "ImportResult", "gpus_import", "gpus_import_many", "import_run_confirm",
@@ -78,7 +78,7 @@ def gpus_import_many(*, files: Sequence[ImportFile], fmt: str = "auto", actor: A
                                               f"than the import limit of {limit:,} bytes"))
             continue
         hint = file.server_hint.strip().lower()
-        if hint and not _HOSTNAME.match(hint):
+        if hint and not HOSTNAME.match(hint):
             result.errors.append(ImportError_(file.filename, None, "server", f"{file.server_hint!r} is not a hostname"))
             continue
         parsed = importers.parse(file.content, filename=file.filename, fmt=fmt)
@@ -90,19 +90,19 @@ def gpus_import_many(*, files: Sequence[ImportFile], fmt: str = "auto", actor: A
         records.extend(parsed.records)
     result.fmt = "+".join(sorted(formats)) or fmt
     if result.errors or not files:
-        result.errors = _capped(result.errors)
+        result.errors = capped(result.errors)
         return result
     name = files[0].filename if len(files) == 1 else f"{len(files)} files ({files[0].filename}, ...)"
     try:
         with transaction.atomic():
-            _Import(records=records, filename=name, fmt=result.fmt, hint=None, actor=actor, result=result,
+            Import(records=records, filename=name, fmt=result.fmt, hint=None, actor=actor, result=result,
                     lock=not dry_run).run()
             if dry_run or result.errors:
                 transaction.set_rollback(True)
     except (IntegrityError, DataError) as exc:
         result.errors.append(ImportError_(name, None, "database", f"the database refused the import, so nothing "
                                           f"was written (a concurrent change? try again): {exc}".strip()[:500]))
-    result.errors = _capped(result.errors)
+    result.errors = capped(result.errors)
     result.applied = not dry_run and not result.errors
     return result
 

@@ -38,7 +38,7 @@ LAST_SEEN_RESOLUTION = dt.timedelta(minutes=15)
 _CHUNK = 5000  # values per IN (...) list
 _ONE_QUERY_VALUES = 30_000  # PostgreSQL takes at most 65,535 parameters per query
 _BATCH = 2000
-_HOSTNAME = re.compile(r"^[a-z0-9](?:[a-z0-9._\-]{0,251}[a-z0-9])?$")
+HOSTNAME = re.compile(r"^[a-z0-9](?:[a-z0-9._\-]{0,251}[a-z0-9])?$")
 _DENORMALISED = {FW_VBIOS: "vbios_version", FW_INFOROM_IMAGE: "inforom_image", FW_DRIVER: "driver_version"}
 _MAX_LEN = {"serial_raw": 64, "uuid_raw": 64, "board_part_number": 64, "asset_tag": 64, "product_name": 100,
             "architecture": 40}
@@ -73,7 +73,7 @@ class ImportFile(NamedTuple):
     server_hint: str = ""
 
 
-def _capped(errors: list[ImportError_]) -> list[ImportError_]:
+def capped(errors: list[ImportError_]) -> list[ImportError_]:
     if len(errors) <= MAX_ERRORS:
         return errors
     first = errors[0]
@@ -122,7 +122,7 @@ class _Plan:
     moved_from: tuple[str | None, str, int | None] | None = None
 
 
-class _Import:
+class Import:
     """One import run: check, load (a few queries for the whole file), match, plan, then write in bulk."""
 
     def __init__(self, *, records: list[GpuRecord], filename: str, fmt: str, hint: str | None, actor: Actor | None,
@@ -158,7 +158,7 @@ class _Import:
         seen: dict[tuple[str, Any], int] = {}
         for plan in self.plans:
             rec = plan.record
-            if plan.host is not None and not _HOSTNAME.match(plan.host):
+            if plan.host is not None and not HOSTNAME.match(plan.host):
                 self.error(rec, "hostname", f"{plan.host!r} is not a hostname")
             for name, limit in _MAX_LEN.items():
                 value = getattr(rec, name)

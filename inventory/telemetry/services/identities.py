@@ -62,7 +62,7 @@ def identity_cache_clear() -> None:
     _identities.clear()
 
 
-def _identity_text(sample: GpuSample | XidLine) -> str:
+def identity_text(sample: GpuSample | XidLine) -> str:
     return sample.uuid or f"{sample.host or '?'}:{sample.pci_bus_id or '?'}"
 
 

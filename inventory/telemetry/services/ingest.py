@@ -18,7 +18,7 @@ from django.utils import timezone
 from fleet.audit import Actor
 from inventory.telemetry.models import IngestSource, XidEvent, XidSource, xid_is_hardware
 from inventory.telemetry.sample import GpuSample, ParsedBatch, TelemetryParseError, XidLine
-from inventory.telemetry.services.identities import _identity_text, identity_cache_clear, map_identities
+from inventory.telemetry.services.identities import identity_cache_clear, identity_text, map_identities
 from inventory.telemetry.store import WriteResult, get_store
 
 log = logging.getLogger(__name__)
@@ -61,7 +61,7 @@ def sample_rows(samples: Sequence[GpuSample], gpu_ids: Sequence[int | None], *, 
         if gpu_id is None:
             result.unknown += 1
             if len(examples) < UNKNOWN_EXAMPLES:
-                examples[_identity_text(sample)] = None
+                examples[identity_text(sample)] = None
             continue
         ts = sample.ts or now
         if ts < oldest:
@@ -108,7 +108,7 @@ def xid_lines_write(lines: Sequence[XidLine], gpu_ids: Sequence[int | None], *, 
         if gpu_id is None:
             result.unknown += 1
             if len(result.unknown_examples) < UNKNOWN_EXAMPLES:
-                result.unknown_examples.append(_identity_text(line))
+                result.unknown_examples.append(identity_text(line))
             continue
         key = _xid_line_key(gpu_id, line)
         events[key] = XidEvent(gpu_id=gpu_id, at=_kernel_time(line.ts_text, now), xid=line.xid,
