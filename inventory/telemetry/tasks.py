@@ -7,9 +7,9 @@ from typing import Any
 
 from celery import shared_task
 from django.conf import settings
-from django.db import transaction
 from django.utils import timezone
 
+from fleet import dispatch
 from fleet.audit import audit_source
 from fleet.models import AuditSource
 from inventory.telemetry import partitions, rollup, services
@@ -24,7 +24,7 @@ def telemetry_scrape_task() -> int:
     ids = services.scrape_claim(now=timezone.now(), limit=settings.FLEET_TELEMETRY_SCRAPE_IN_FLIGHT)
     for start in range(0, len(ids), services.SCRAPE_GROUP):
         group = ids[start:start + services.SCRAPE_GROUP]
-        transaction.on_commit(lambda group=group: telemetry_scrape_many_task.delay(group))
+        dispatch.send_on_commit("inventory.telemetry.tasks.telemetry_scrape_many_task", group)
     return len(ids)
 
 

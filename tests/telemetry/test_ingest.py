@@ -14,6 +14,7 @@ from django.core.management import CommandError, call_command
 from django.db import connection
 from django.utils import timezone
 
+from fleet import dispatch
 from inventory.telemetry import demo, partitions, services, tasks
 from inventory.telemetry.models import GpuLatest, IngestKind, IngestSource, XidEvent
 from inventory.telemetry.sample import TelemetryParseError
@@ -292,7 +293,8 @@ def test_scrape_claims_respect_the_concurrency_cap():
 
 def test_scrape_beat_task_sends_the_claimed_sources_in_groups(monkeypatch, django_capture_on_commit_callbacks):
     sent = []
-    monkeypatch.setattr(tasks.telemetry_scrape_many_task, "delay", sent.append)
+    monkeypatch.setattr(dispatch, "send", lambda name, group: sent.append(group)
+                        if name == "inventory.telemetry.tasks.telemetry_scrape_many_task" else None)
     monkeypatch.setattr(services, "SCRAPE_GROUP", 2)
     ids = [source(f"b{n}", kind=IngestKind.SCRAPE, url=f"http://127.0.0.1:9/{n}").pk for n in range(5)]
     with django_capture_on_commit_callbacks(execute=True):
