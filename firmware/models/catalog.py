@@ -206,6 +206,17 @@ class Baseline(models.Model):
     def __str__(self) -> str:
         return f"{self.platform} {self.pool or 'all pools'}: {self.bundle}"
 
+    # Which actions the baseline's state offers; the services, the baseline page and its buttons ask these.
+    @property
+    def proposed(self) -> bool:
+        """Not approved yet: ``approve`` puts it in force (approving an approved baseline changes nothing)."""
+        return self.approved_by_id is None
+
+    @property
+    def open_ended(self) -> bool:
+        """No end yet: the page offers ``end`` (the API may still move an end)."""
+        return self.valid_to is None
+
 
 class WindowKind(models.TextChoices):
     ALLOW = "allow", "Maintenance window"

@@ -253,7 +253,7 @@ def baseline_create(*, bundle: Bundle, actor: Actor | None, pool: Pool | None = 
 def baseline_approve(*, baseline: Baseline, actor: Actor | None) -> Baseline:
     """Put a proposed baseline in force. Refused when its bundle holds a revoked release."""
     baseline = Baseline.objects.select_for_update().get(pk=baseline.pk)
-    if baseline.approved_by_id is not None:
+    if not baseline.proposed:
         return baseline
     revoked = list(Release.objects.filter(bundle_items__bundle=baseline.bundle_id, channel=Channel.REVOKED))
     if revoked:

@@ -42,7 +42,7 @@ from inventory.imports.run import HOSTNAME, Import, ImportFile, ImportResult, ca
 from inventory.models import ImportRun
 
 __all__ = ["ImportError_", "ImportFile", "ImportResult", "gpus_import", "gpus_import_many", "import_run_confirm",
-           "import_run_preview"]
+           "import_run_confirm_refusal", "import_run_preview"]
 
 def gpus_import(*, content: bytes, filename: str, fmt: str = "auto", server_hint: str = "", actor: Actor | None,
                 dry_run: bool = False) -> ImportResult:
@@ -129,6 +129,15 @@ def import_run_preview(*, content: bytes, filename: str, fmt: str, server_hint: 
     return run
 
 
+def import_run_confirm_refusal(run: ImportRun) -> ValidationError | None:
+    """Why ``run`` cannot be confirmed, or None when it can: the confirm service and the preview page ask this."""
+    if run.status != ImportRun.Status.PREVIEW:
+        return ValidationError("This import was already confirmed.", code="confirmed")
+    if run.summary.get("errors"):
+        return ValidationError("The preview found errors: fix the file and upload it again.", code="invalid")
+    return None
+
+
 @transaction.atomic
 def import_run_confirm(*, run_id: int, actor: Actor | None) -> ImportRun:
     """Apply a previewed upload, once. The row lock makes a second confirm wait, then find it applied.
@@ -136,10 +145,8 @@ def import_run_confirm(*, run_id: int, actor: Actor | None) -> ImportRun:
     Raises ``ValidationError`` when it was already confirmed or its preview found errors.
     """
     run = ImportRun.objects.select_for_update().get(pk=run_id)
-    if run.status != ImportRun.Status.PREVIEW:
-        raise ValidationError("This import was already confirmed.", code="confirmed")
-    if run.summary.get("errors"):
-        raise ValidationError("The preview found errors: fix the file and upload it again.", code="invalid")
+    if (refusal := import_run_confirm_refusal(run)) is not None:
+        raise refusal
     run.summary = _summary(gpus_import(content=bytes(run.content), filename=run.filename, fmt=run.fmt,
                                        server_hint=run.server_hint, actor=actor, dry_run=False))
     run.status = ImportRun.Status.APPLIED if run.summary["applied"] else ImportRun.Status.FAILED

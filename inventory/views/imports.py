@@ -10,7 +10,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 
 from fleet.views import HtmxHttpRequest, operator_required
 from inventory.forms import ImportUploadForm
-from inventory.imports import import_run_confirm, import_run_preview
+from inventory.imports import import_run_confirm, import_run_confirm_refusal, import_run_preview
 from inventory.models import ImportRun
 
 
@@ -49,6 +49,6 @@ def import_preview(request: HtmxHttpRequest, pk: int) -> HttpResponse:
         "run": run,
         "summary": summary,
         "rows": [row for row in summary.get("rows", []) if row.get("action") != "unchanged"],
-        "can_confirm": run.status == ImportRun.Status.PREVIEW and not summary.get("errors"),
+        "can_confirm": import_run_confirm_refusal(run) is None,
     }
     return render(request, "inventory/import_preview.html", context)
