@@ -11,7 +11,7 @@ from typing import Any
 from django.core.exceptions import NON_FIELD_ERRORS
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import models
-from django.db.models import ProtectedError
+from django.db.models import ProtectedError, QuerySet
 from drf_spectacular.extensions import OpenApiSerializerExtension, OpenApiSerializerFieldExtension
 from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.plumbing import build_basic_type
@@ -23,6 +23,9 @@ from rest_framework.settings import api_settings
 from rest_framework.views import exception_handler as drf_exception_handler
 from rest_framework.views import set_rollback
 
+from fleet import selectors
+from fleet.filters import AuditEventFilter, JobFilter
+from fleet.models import AuditEvent, Job
 from fleet.pagination import IdCursorPagination
 from fleet.roles import ADMIN
 
@@ -187,3 +190,54 @@ class ReadOnlyViewSet(viewsets.ReadOnlyModelViewSet):
     """History and records only services write: list and retrieve, for viewers."""
 
     schema = FleetAutoSchema()
+
+
+# --- the audit trail and background jobs --------------------------------------------------------------
+
+
+class AuditEventSerializer(serializers.ModelSerializer):
+    content_type = serializers.SerializerMethodField(help_text="Kind of object, as app_label.model")
+
+    class Meta:
+        model = AuditEvent
+        fields = ["id", "at", "actor", "actor_name", "source", "action", "content_type", "object_id",
+                  "object_repr", "changes", "message"]
+        extra_kwargs = {"changes": {"help_text": "{field: [before, after]} for every changed field"}}
+
+    def get_content_type(self, event: AuditEvent) -> str:
+        return f"{event.content_type.app_label}.{event.content_type.model}"
+
+
+class JobSerializer(serializers.ModelSerializer):
+    url = serializers.HyperlinkedIdentityField(view_name="api:job-detail")
+    created_by = serializers.SlugRelatedField(slug_field="username", read_only=True, allow_null=True)
+    percent = serializers.IntegerField(read_only=True, help_text="done / total, 0-100")
+    finished = serializers.BooleanField(read_only=True)
+
+    class Meta:
+        model = Job
+        fields = ["id", "url", "kind", "status", "total", "done", "failed", "percent", "finished", "errors",
+                  "created_by", "created_at", "started_at", "finished_at"]
+        extra_kwargs = {"errors": {"help_text": "Per-item failures (first 1000)"}}
+
+
+class AuditEventViewSet(ReadOnlyViewSet):
+    """Who changed what, from where, and when: newest first."""
+
+    serializer_class = AuditEventSerializer
+    filterset_class = AuditEventFilter
+    pagination_class = NewestFirstCursorPagination
+
+    def get_queryset(self) -> QuerySet:
+        return selectors.audit_list()
+
+
+class JobViewSet(ReadOnlyViewSet):
+    """Background jobs (bulk transitions) and their progress: poll ``GET /jobs/{id}/`` until ``finished``."""
+
+    serializer_class = JobSerializer
+    filterset_class = JobFilter
+    pagination_class = NewestFirstCursorPagination
+
+    def get_queryset(self) -> QuerySet:
+        return selectors.job_list()

@@ -7,6 +7,7 @@ from rest_framework.routers import DefaultRouter
 from inventory import api
 
 router = DefaultRouter()
+router.include_root_view = False  # the /api/v1/ root is fleet.api_urls'
 router.register("sites", api.SiteViewSet, basename="site")
 router.register("halls", api.HallViewSet, basename="hall")
 router.register("rows", api.RowViewSet, basename="row")
@@ -21,8 +22,6 @@ router.register("gpu-state-changes", api.GpuStateChangeViewSet, basename="gpusta
 router.register("gpu-moves", api.GpuMoveViewSet, basename="gpumove")
 router.register("firmware-observations", api.FirmwareObservationViewSet, basename="firmwareobservation")
 router.register("imports", api.ImportViewSet, basename="import")
-router.register("audit-events", api.AuditEventViewSet, basename="auditevent")
-router.register("jobs", api.JobViewSet, basename="job")
 
 urlpatterns = [
     path("auth/token/", obtain_auth_token, name="token"),

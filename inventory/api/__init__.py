@@ -3,13 +3,11 @@
 from inventory.api.gpus import GpuViewSet
 from inventory.api.imports import ImportViewSet
 from inventory.api.views import (
-    AuditEventViewSet,
     FirmwareObservationViewSet,
     GpuModelViewSet,
     GpuMoveViewSet,
     GpuStateChangeViewSet,
     HallViewSet,
-    JobViewSet,
     NvlinkDomainViewSet,
     PlatformViewSet,
     PowerFeedViewSet,
@@ -20,7 +18,7 @@ from inventory.api.views import (
 )
 
 __all__ = [
-    "AuditEventViewSet", "FirmwareObservationViewSet", "GpuModelViewSet", "GpuMoveViewSet", "GpuStateChangeViewSet",
-    "GpuViewSet", "HallViewSet", "ImportViewSet", "JobViewSet", "NvlinkDomainViewSet", "PlatformViewSet",
+    "FirmwareObservationViewSet", "GpuModelViewSet", "GpuMoveViewSet", "GpuStateChangeViewSet",
+    "GpuViewSet", "HallViewSet", "ImportViewSet", "NvlinkDomainViewSet", "PlatformViewSet",
     "PowerFeedViewSet", "RackViewSet", "RowViewSet", "ServerViewSet", "SiteViewSet",
 ]

@@ -18,13 +18,12 @@ from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from fleet.api import AuditedModelViewSet, validation_detail
+from fleet.api import AuditedModelViewSet, JobSerializer, validation_detail
 from fleet.http import streaming_csv_response
 from fleet.models import Job
 from fleet.roles import OPERATOR
 from inventory import selectors, services
 from inventory.api.serializers import GPU_COLUMNS, GpuSerializer, gpu_document
-from inventory.api.views import JobSerializer
 from inventory.filters import GpuFilter, gpu_ids_matching
 from inventory.identity import normalize_pci_bus_id
 from inventory.importers import gpu_csv_rows

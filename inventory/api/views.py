@@ -7,11 +7,8 @@ Writes go through ``inventory.services`` (audited, with the request's user as ac
 from __future__ import annotations
 
 from django.db.models import QuerySet
-from rest_framework import serializers
 
-from fleet import selectors as fleet_selectors
 from fleet.api import AuditedModelViewSet, NewestFirstCursorPagination, ReadOnlyViewSet
-from fleet.models import AuditEvent, Job
 from inventory import selectors, services
 from inventory.api import filters
 from inventory.api import serializers as s
@@ -122,54 +119,3 @@ class FirmwareObservationViewSet(ReadOnlyViewSet):
     queryset = FirmwareObservation.objects.order_by("id")
     serializer_class = s.FirmwareObservationSerializer
     filterset_class = filters.FirmwareObservationFilter
-
-
-# --- fleet: audit trail and background jobs --------------------------------------------------------------
-
-
-class AuditEventSerializer(serializers.ModelSerializer):
-    content_type = serializers.SerializerMethodField(help_text="Kind of object, as app_label.model")
-
-    class Meta:
-        model = AuditEvent
-        fields = ["id", "at", "actor", "actor_name", "source", "action", "content_type", "object_id",
-                  "object_repr", "changes", "message"]
-        extra_kwargs = {"changes": {"help_text": "{field: [before, after]} for every changed field"}}
-
-    def get_content_type(self, event: AuditEvent) -> str:
-        return f"{event.content_type.app_label}.{event.content_type.model}"
-
-
-class JobSerializer(serializers.ModelSerializer):
-    url = serializers.HyperlinkedIdentityField(view_name="api:job-detail")
-    created_by = serializers.SlugRelatedField(slug_field="username", read_only=True, allow_null=True)
-    percent = serializers.IntegerField(read_only=True, help_text="done / total, 0-100")
-    finished = serializers.BooleanField(read_only=True)
-
-    class Meta:
-        model = Job
-        fields = ["id", "url", "kind", "status", "total", "done", "failed", "percent", "finished", "errors",
-                  "created_by", "created_at", "started_at", "finished_at"]
-        extra_kwargs = {"errors": {"help_text": "Per-item failures (first 1000)"}}
-
-
-class AuditEventViewSet(ReadOnlyViewSet):
-    """Who changed what, from where, and when: newest first."""
-
-    serializer_class = AuditEventSerializer
-    filterset_class = filters.AuditEventFilter
-    pagination_class = NewestFirstCursorPagination
-
-    def get_queryset(self) -> QuerySet:
-        return fleet_selectors.audit_list()
-
-
-class JobViewSet(ReadOnlyViewSet):
-    """Background jobs (bulk transitions) and their progress: poll ``GET /jobs/{id}/`` until ``finished``."""
-
-    serializer_class = JobSerializer
-    filterset_class = filters.JobFilter
-    pagination_class = NewestFirstCursorPagination
-
-    def get_queryset(self) -> QuerySet:
-        return fleet_selectors.job_list()
