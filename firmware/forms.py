@@ -1,4 +1,5 @@
-"""Forms of the firmware pages. They validate input only; views hand the cleaned data to services.
+"""Forms of the firmware pages (the rollout wizard; the catalog's releases, bundles, baselines, pools and windows).
+They validate input only; views hand the cleaned data to services.
 
 The rollout wizard is one form: a name, a bundle, the target selector (the GPU list's own ``GpuFilter``, with the
 same widgets) and the strategy as flat fields. The strategy's rules live in ``StrategySerializer``: the form only
@@ -14,10 +15,10 @@ from django import forms
 from django.core.exceptions import ValidationError
 from django.http import QueryDict
 
-from firmware.models import Bundle
+from firmware.models import CATALOGUED, Bundle, Channel, Pool, Release, WindowKind
 from firmware.services.plan import DOMAINS, Strategy, strategy_parse
-from inventory.filters import GpuFilter
-from inventory.views.gpus import gpu_filter
+from inventory.filters import GpuFilter, gpu_filter
+from inventory.models import FirmwareComponent, GpuModel, ServerPlatform, Site
 
 # Failure domains the wizard offers a per-wave cap for (the planner's names; "site" is left to max unavailable).
 CAP_DOMAINS = {"rack": "Rack", "power_feed": "Power feed", "row": "Row", "nvlink_domain": "NVLink domain"}
@@ -185,3 +186,78 @@ class RolloutForm(forms.Form):
         selector_ok = self.selector.is_valid()
         return super().is_valid() and selector_ok
 
+
+# --- the catalog's forms: releases, bundles, baselines, pools, maintenance windows ---------------------------
+
+COMPONENT_CHOICES = [(c, label) for c, label in FirmwareComponent.choices if c in CATALOGUED]
+
+
+class ReleaseForm(forms.Form):
+    component = forms.ChoiceField(choices=COMPONENT_CHOICES)
+    version = forms.CharField(max_length=80)
+    sha256 = forms.CharField(label="SHA-256", max_length=64)
+    image_url = forms.URLField(label="Image URL", required=False, max_length=500)
+    image_file = forms.FileField(label="or upload the image", required=False)
+    size_bytes = forms.IntegerField(min_value=0, required=False, help_text="Filled from the upload when empty")
+    platforms = forms.ModelMultipleChoiceField(queryset=ServerPlatform.objects.order_by("name"), required=False,
+                                               help_text="None selected: any platform")
+    gpu_models = forms.ModelMultipleChoiceField(label="SKUs", queryset=GpuModel.objects.order_by("name"),
+                                                required=False)
+    min_from_version = forms.CharField(label="Lowest version it upgrades from", max_length=80, required=False)
+    released_at = forms.DateField(required=False, widget=forms.DateInput(attrs={"type": "date"}))
+    channel = forms.ChoiceField(choices=[(Channel.TESTING, "Testing"), (Channel.STABLE, "Stable")])
+    notes = forms.CharField(widget=forms.Textarea(attrs={"rows": 3}), required=False)
+
+    def clean_size_bytes(self) -> int:
+        return self.cleaned_data["size_bytes"] or 0
+
+
+class BundleForm(forms.Form):
+    name = forms.CharField(max_length=100)
+    platform = forms.ModelChoiceField(queryset=ServerPlatform.objects.order_by("name"))
+    releases = forms.ModelMultipleChoiceField(
+        queryset=Release.objects.exclude(channel=Channel.REVOKED).order_by("component", "-version_key"),
+        widget=forms.SelectMultiple(attrs={"size": 14}), help_text="One per component; applied BMC first")
+    notes = forms.CharField(widget=forms.Textarea(attrs={"rows": 2}), required=False)
+
+
+class BaselineForm(forms.Form):
+    bundle = forms.ModelChoiceField(queryset=Bundle.objects.select_related("platform").order_by("name"))
+    pool = forms.ModelChoiceField(queryset=Pool.objects.order_by("name"), required=False,
+                                  empty_label="All servers of the platform")
+    valid_from = forms.DateTimeField(required=False, widget=forms.DateTimeInput(attrs={"type": "datetime-local"}),
+                                     help_text="Empty: now")
+    valid_to = forms.DateTimeField(required=False, widget=forms.DateTimeInput(attrs={"type": "datetime-local"}),
+                                   help_text="Empty: until ended")
+
+
+class PoolForm(forms.Form):
+    name = forms.CharField(max_length=100)
+    kind = forms.ChoiceField(choices=Pool.Kind.choices)
+    hostnames = forms.CharField(widget=forms.Textarea(attrs={"rows": 3}), required=False,
+                                help_text="Servers, one hostname per line or comma-separated")
+
+    def clean(self) -> dict[str, Any]:
+        """``hostnames`` becomes ``servers``, the servers it names (each must exist)."""
+        from inventory.models import Server
+
+        data = super().clean()
+        names = {h.strip().lower() for h in data.pop("hostnames", "").replace(",", "\n").split() if h.strip()}
+        data["servers"] = list(Server.objects.filter(hostname__in=names))
+        missing = names - {s.hostname for s in data["servers"]}
+        if missing:
+            self.add_error("hostnames", f"Unknown hostnames: {', '.join(sorted(missing)[:10])}")
+        return data
+
+
+class WindowForm(forms.Form):
+    name = forms.CharField(max_length=100)
+    kind = forms.ChoiceField(choices=WindowKind.choices)
+    site = forms.ModelChoiceField(queryset=Site.objects.order_by("code"), required=False, empty_label="All sites")
+    pool = forms.ModelChoiceField(queryset=Pool.objects.order_by("name"), required=False, empty_label="All pools")
+    starts_at = forms.DateTimeField(required=False, widget=forms.DateTimeInput(attrs={"type": "datetime-local"}))
+    ends_at = forms.DateTimeField(required=False, widget=forms.DateTimeInput(attrs={"type": "datetime-local"}))
+    weekdays = forms.CharField(required=False, max_length=20, help_text="Weekly: ISO weekdays, e.g. 2,4")
+    start_time = forms.TimeField(required=False, widget=forms.TimeInput(attrs={"type": "time"}))
+    duration_minutes = forms.IntegerField(required=False, min_value=1)
+    timezone_name = forms.CharField(label="Time zone", initial="UTC", max_length=64)

@@ -16,11 +16,12 @@ from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
-from firmware.models import Baseline, Bundle, Channel, ComplianceState, Pool, Release, WindowKind
+from firmware.forms import COMPONENT_CHOICES, BaselineForm, BundleForm, PoolForm, ReleaseForm, WindowForm
+from firmware.models import Baseline, Bundle, Channel, ComplianceState, Release
 from firmware.selectors import catalog as selectors
 from firmware.selectors import drift as drift_selectors
 from firmware.services import catalog as services
-from firmware.services.catalog import CATALOGUED, PER_GPU
+from firmware.services.catalog import PER_GPU
 from fleet.pagination import keyset_page
 from fleet.roles import APPROVER, OPERATOR, has_role
 from fleet.views import (
@@ -31,11 +32,10 @@ from fleet.views import (
     render_page,
     role_required,
 )
-from inventory.models import FirmwareComponent, GpuModel, ServerPlatform, Site
+from inventory.models import FirmwareComponent
 
 approver_required = role_required(APPROVER)
 viewer_required = role_required("viewer")
-COMPONENT_CHOICES = [(c, label) for c, label in FirmwareComponent.choices if c in CATALOGUED]
 
 
 def _errors_to_form(form: forms.Form, exc: ValidationError) -> None:
@@ -84,26 +84,6 @@ def firmware_home(request: HtmxHttpRequest) -> HttpResponse:
 
 
 # --- releases --------------------------------------------------------------------------------------------
-
-class ReleaseForm(forms.Form):
-    component = forms.ChoiceField(choices=COMPONENT_CHOICES)
-    version = forms.CharField(max_length=80)
-    sha256 = forms.CharField(label="SHA-256", max_length=64)
-    image_url = forms.URLField(label="Image URL", required=False, max_length=500)
-    image_file = forms.FileField(label="or upload the image", required=False)
-    size_bytes = forms.IntegerField(min_value=0, required=False, help_text="Filled from the upload when empty")
-    platforms = forms.ModelMultipleChoiceField(queryset=ServerPlatform.objects.order_by("name"), required=False,
-                                               help_text="None selected: any platform")
-    gpu_models = forms.ModelMultipleChoiceField(label="SKUs", queryset=GpuModel.objects.order_by("name"),
-                                                required=False)
-    min_from_version = forms.CharField(label="Lowest version it upgrades from", max_length=80, required=False)
-    released_at = forms.DateField(required=False, widget=forms.DateInput(attrs={"type": "date"}))
-    channel = forms.ChoiceField(choices=[(Channel.TESTING, "Testing"), (Channel.STABLE, "Stable")])
-    notes = forms.CharField(widget=forms.Textarea(attrs={"rows": 3}), required=False)
-
-    def clean_size_bytes(self) -> int:
-        return self.cleaned_data["size_bytes"] or 0
-
 
 @viewer_required
 def release_list(request: HtmxHttpRequest) -> HttpResponse:
@@ -156,15 +136,6 @@ def release_channel(request: HtmxHttpRequest, pk: int) -> HttpResponse:
 
 # --- bundles ---------------------------------------------------------------------------------------------
 
-class BundleForm(forms.Form):
-    name = forms.CharField(max_length=100)
-    platform = forms.ModelChoiceField(queryset=ServerPlatform.objects.order_by("name"))
-    releases = forms.ModelMultipleChoiceField(
-        queryset=Release.objects.exclude(channel=Channel.REVOKED).order_by("component", "-version_key"),
-        widget=forms.SelectMultiple(attrs={"size": 14}), help_text="One per component; applied BMC first")
-    notes = forms.CharField(widget=forms.Textarea(attrs={"rows": 2}), required=False)
-
-
 @viewer_required
 def bundle_list(request: HtmxHttpRequest) -> HttpResponse:
     return render(request, "firmware/bundle_list.html", {"bundles": selectors.bundle_list()[:500]})
@@ -191,16 +162,6 @@ def bundle_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
 
 # --- baselines, pools, windows ----------------------------------------------------------------------------
 
-class BaselineForm(forms.Form):
-    bundle = forms.ModelChoiceField(queryset=Bundle.objects.select_related("platform").order_by("name"))
-    pool = forms.ModelChoiceField(queryset=Pool.objects.order_by("name"), required=False,
-                                  empty_label="All servers of the platform")
-    valid_from = forms.DateTimeField(required=False, widget=forms.DateTimeInput(attrs={"type": "datetime-local"}),
-                                     help_text="Empty: now")
-    valid_to = forms.DateTimeField(required=False, widget=forms.DateTimeInput(attrs={"type": "datetime-local"}),
-                                   help_text="Empty: until ended")
-
-
 @viewer_required
 def baseline_list(request: HtmxHttpRequest) -> HttpResponse:
     return _list_with_create_form(request, "firmware/baseline_list.html",
@@ -226,42 +187,10 @@ def baseline_action(request: HtmxHttpRequest, pk: int, action: str) -> HttpRespo
     return redirect("firmware-baseline-list")
 
 
-class PoolForm(forms.Form):
-    name = forms.CharField(max_length=100)
-    kind = forms.ChoiceField(choices=Pool.Kind.choices)
-    hostnames = forms.CharField(widget=forms.Textarea(attrs={"rows": 3}), required=False,
-                                help_text="Servers, one hostname per line or comma-separated")
-
-    def clean(self) -> dict[str, Any]:
-        """``hostnames`` becomes ``servers``, the servers it names (each must exist)."""
-        from inventory.models import Server
-
-        data = super().clean()
-        names = {h.strip().lower() for h in data.pop("hostnames", "").replace(",", "\n").split() if h.strip()}
-        data["servers"] = list(Server.objects.filter(hostname__in=names))
-        missing = names - {s.hostname for s in data["servers"]}
-        if missing:
-            self.add_error("hostnames", f"Unknown hostnames: {', '.join(sorted(missing)[:10])}")
-        return data
-
-
 @viewer_required
 def pool_list(request: HtmxHttpRequest) -> HttpResponse:
     return _list_with_create_form(request, "firmware/pool_list.html", {"pools": selectors.pool_list()[:500]},
                                   PoolForm(request.POST or None), services.pool_create, "Pool {} created.")
-
-
-class WindowForm(forms.Form):
-    name = forms.CharField(max_length=100)
-    kind = forms.ChoiceField(choices=WindowKind.choices)
-    site = forms.ModelChoiceField(queryset=Site.objects.order_by("code"), required=False, empty_label="All sites")
-    pool = forms.ModelChoiceField(queryset=Pool.objects.order_by("name"), required=False, empty_label="All pools")
-    starts_at = forms.DateTimeField(required=False, widget=forms.DateTimeInput(attrs={"type": "datetime-local"}))
-    ends_at = forms.DateTimeField(required=False, widget=forms.DateTimeInput(attrs={"type": "datetime-local"}))
-    weekdays = forms.CharField(required=False, max_length=20, help_text="Weekly: ISO weekdays, e.g. 2,4")
-    start_time = forms.TimeField(required=False, widget=forms.TimeInput(attrs={"type": "time"}))
-    duration_minutes = forms.IntegerField(required=False, min_value=1)
-    timezone_name = forms.CharField(label="Time zone", initial="UTC", max_length=64)
 
 
 @viewer_required

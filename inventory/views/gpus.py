@@ -5,11 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from django import forms
 from django.conf import settings
 from django.contrib import messages
 from django.core.exceptions import ValidationError
-from django.forms.renderers import Jinja2
 from django.http import Http404, HttpResponse, QueryDict, StreamingHttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
@@ -24,7 +22,6 @@ from fleet.views import (
     HtmxHttpRequest,
     audit_query_for,
     audit_rows,
-    compact_choices,
     operator_required,
     query_with,
     query_without,
@@ -32,7 +29,7 @@ from fleet.views import (
     viewer_required,
 )
 from inventory import selectors, services
-from inventory.filters import GpuFilter, filter_has_criteria, gpu_ids_matching
+from inventory.filters import GpuFilter, filter_has_criteria, gpu_filter, gpu_ids_matching
 from inventory.forms import BulkTransitionForm, GpuTransitionForm
 from inventory.importers import gpu_csv_rows
 from inventory.lifecycle import allowed_targets
@@ -42,29 +39,6 @@ from inventory.panels import panels_context
 GPU_SORTS = {"id": "Oldest first", "-id": "Newest first", "serial": "Serial", "state": "State"}
 
 # Filters over large tables are typed, not picked from a <select> of thousands of options.
-_TYPED_FILTERS = {"row": "row id", "rack": "rack id", "server": "hostname", "vbios": "96.00.…",
-                  "driver": "550.54.15", "q": "serial, UUID, hostname, asset tag"}
-
-
-# Django's own widget templates, rendered by Jinja2: the filter form's 11 widgets (a checkbox per
-# state) cost ~5 ms per page through the Django template engine, ~1 ms this way (bench/README.md).
-_FAST_WIDGETS = Jinja2()
-
-
-def gpu_filter(params: QueryDict) -> GpuFilter:
-    """The API's GpuFilter, with widgets for a dense HTML form."""
-    filterset = GpuFilter(params, queryset=selectors.gpu_list())
-    fields = filterset.form.fields
-    for name, placeholder in _TYPED_FILTERS.items():
-        fields[name].widget = forms.TextInput(attrs={"placeholder": placeholder})
-    fields["q"].widget.input_type = "search"
-    fields["q"].label = "Search"
-    fields["state"].widget = forms.CheckboxSelectMultiple(choices=fields["state"].choices)
-    compact_choices(fields, site="Any site", model="Any model")
-    filterset.form.renderer = _FAST_WIDGETS
-    return filterset
-
-
 def _list_url(filter_query: str) -> str:
     return f"{reverse('gpu-list')}?{filter_query}" if filter_query else reverse("gpu-list")
 
