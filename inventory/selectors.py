@@ -37,12 +37,12 @@ GPU_TABLE_COLUMNS = ("id", "serial", "uuid", "identity_masked", "model__name", "
                      "vbios_version", "driver_version")
 
 
-def gpu_table_rows(queryset: QuerySet[Gpu]) -> QuerySet[Gpu]:
+def gpu_table_rows(*, queryset: QuerySet[Gpu]) -> QuerySet[Gpu]:
     """``queryset`` (from :func:`gpu_list`, filtered) as rows of :data:`GPU_TABLE_COLUMNS`."""
     return queryset.values(*GPU_TABLE_COLUMNS)
 
 
-def gpu_table_label(rows: list[dict]) -> list[dict]:
+def gpu_table_label(*, rows: list[dict]) -> list[dict]:
     """Add what the table shows but the columns don't hold: the identity and the state's label."""
     labels = dict(GpuState.choices)
     for row in rows:
@@ -52,20 +52,20 @@ def gpu_table_label(rows: list[dict]) -> list[dict]:
     return rows
 
 
-def gpu_detail(pk: int) -> Gpu:
+def gpu_detail(*, pk: int) -> Gpu:
     return Gpu.objects.select_related("model", "server__platform", "server__nvlink_domain", "site", "row",
                                       "rack").get(pk=pk)
 
 
-def gpu_state_history(gpu: Gpu) -> QuerySet[GpuStateChange]:
+def gpu_state_history(*, gpu: Gpu) -> QuerySet[GpuStateChange]:
     return GpuStateChange.objects.filter(gpu=gpu).order_by("-at", "-id")
 
 
-def gpu_moves(gpu: Gpu) -> QuerySet[GpuMove]:
+def gpu_moves(*, gpu: Gpu) -> QuerySet[GpuMove]:
     return GpuMove.objects.filter(gpu=gpu).select_related("from_server", "to_server").order_by("-at", "-id")
 
 
-def gpu_firmware(gpu: Gpu) -> QuerySet[FirmwareObservation]:
+def gpu_firmware(*, gpu: Gpu) -> QuerySet[FirmwareObservation]:
     return FirmwareObservation.objects.filter(gpu=gpu).order_by("component", "-last_seen", "-id")
 
 
@@ -73,27 +73,27 @@ def server_list() -> QuerySet[Server]:
     return Server.objects.select_related("platform", "rack", "site", "nvlink_domain").order_by("id")
 
 
-def server_detail(pk: int) -> Server:
+def server_detail(*, pk: int) -> Server:
     return Server.objects.select_related("platform", "rack__row__hall", "site", "nvlink_domain").get(pk=pk)
 
 
-def server_gpus(server: Server) -> QuerySet[Gpu]:
+def server_gpus(*, server: Server) -> QuerySet[Gpu]:
     """GPUs by slot."""
     return Gpu.objects.filter(server=server).select_related("model").order_by("module_id", "pci_bus_id", "id")
 
 
-def rack_servers(rack: Rack) -> QuerySet[Server]:
+def rack_servers(*, rack: Rack) -> QuerySet[Server]:
     """Servers by rack unit, top of the rack first, with their GPU count."""
     return (Server.objects.filter(rack=rack).select_related("platform").annotate(gpu_count=Count("gpus"))
             .order_by("-rack_unit", "id"))
 
 
-def row_racks(row: Row) -> QuerySet[Rack]:
+def row_racks(*, row: Row) -> QuerySet[Rack]:
     return (Rack.objects.filter(row=row).annotate(server_count=Count("servers", distinct=True))
             .order_by("position", "id"))
 
 
-def site_overview(site: Site) -> dict[str, object]:
+def site_overview(*, site: Site) -> dict[str, object]:
     gpus = Gpu.objects.filter(site=site)
     return {
         "halls": site.halls.order_by("name").prefetch_related("rows"),
@@ -132,11 +132,11 @@ def gpu_model_skus() -> dict[str, str]:
     return dict(GpuModel.objects.values_list("name", "sku"))
 
 
-def rack_detail(pk: int) -> Rack:
+def rack_detail(*, pk: int) -> Rack:
     return Rack.objects.select_related("row__hall", "site").get(pk=pk)
 
 
-def row_detail(pk: int) -> Row:
+def row_detail(*, pk: int) -> Row:
     return Row.objects.select_related("hall", "site").get(pk=pk)
 
 

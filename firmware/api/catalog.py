@@ -93,7 +93,7 @@ class ReleaseViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.Cr
         body = s.ChannelSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         release = services.release_set_channel(release=self.get_object(), actor=request.user, **body.validated_data)
-        return Response(s.ReleaseSerializer(selectors.release_detail(release.pk), context={"request": request}).data)
+        return Response(s.ReleaseSerializer(selectors.release_detail(pk=release.pk), context={"request": request}).data)
 
 
 class BundleViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin, _Base):
@@ -105,7 +105,7 @@ class BundleViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.Cre
 
     def perform_create(self, serializer: s.BundleSerializer) -> None:
         bundle = services.bundle_create(actor=self.request.user, **serializer.validated_data)
-        serializer.instance = selectors.bundle_detail(bundle.pk)
+        serializer.instance = selectors.bundle_detail(pk=bundle.pk)
 
 
 class BaselineViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin, _Base):
@@ -146,11 +146,11 @@ class PoolViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.Creat
 
     def perform_create(self, serializer: s.PoolSerializer) -> None:
         pool = services.pool_create(actor=self.request.user, **serializer.validated_data)
-        serializer.instance = selectors.pool_detail(pool.pk)
+        serializer.instance = selectors.pool_detail(pk=pool.pk)
 
     def perform_update(self, serializer: s.PoolSerializer) -> None:
         services.pool_update(pool=serializer.instance, actor=self.request.user, **serializer.validated_data)
-        serializer.instance = selectors.pool_detail(serializer.instance.pk)
+        serializer.instance = selectors.pool_detail(pk=serializer.instance.pk)
 
 
 class MaintenanceWindowViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin, _Base):

@@ -27,11 +27,11 @@ def release_list() -> QuerySet[Release]:
     return Release.objects.prefetch_related("platforms", "gpu_models").order_by("component", "-version_key", "-id")
 
 
-def release_detail(pk: int) -> Release:
+def release_detail(*, pk: int) -> Release:
     return Release.objects.prefetch_related("platforms", "gpu_models").get(pk=pk)
 
 
-def release_bundles(release: Release) -> QuerySet[Bundle]:
+def release_bundles(*, release: Release) -> QuerySet[Bundle]:
     return Bundle.objects.filter(items__release=release).select_related("platform").order_by("name", "id")
 
 
@@ -43,7 +43,7 @@ def bundle_list() -> QuerySet[Bundle]:
     return Bundle.objects.select_related("platform", "created_by").prefetch_related(_items()).order_by("name", "id")
 
 
-def bundle_detail(pk: int) -> Bundle:
+def bundle_detail(*, pk: int) -> Bundle:
     return Bundle.objects.select_related("platform", "created_by").prefetch_related(_items()).get(pk=pk)
 
 
@@ -62,7 +62,7 @@ def pool_list() -> QuerySet[Pool]:
     return Pool.objects.annotate(server_count=Count("servers")).order_by("name", "id")
 
 
-def pool_detail(pk: int) -> Pool:
+def pool_detail(*, pk: int) -> Pool:
     return Pool.objects.annotate(server_count=Count("servers")).get(pk=pk)
 
 

@@ -120,11 +120,11 @@ def _findings(kind: str, key: str, name: str, limit: int) -> list[MixedFinding]:
     return list(findings.values())
 
 
-def mixed_nvlink_domains(limit: int = FINDINGS_SHOWN) -> list[MixedFinding]:
+def mixed_nvlink_domains(*, limit: int = FINDINGS_SHOWN) -> list[MixedFinding]:
     """NVLink domains whose servers do not share one firmware tuple, or hold a server whose GPUs disagree."""
     return _findings("nvlink_domain", "server__nvlink_domain_id", "server__nvlink_domain__name", limit)
 
 
-def mixed_pools(limit: int = FINDINGS_SHOWN) -> list[MixedFinding]:
+def mixed_pools(*, limit: int = FINDINGS_SHOWN) -> list[MixedFinding]:
     """Scheduler pools whose servers do not share one firmware tuple."""
     return _findings("pool", "server__pools__id", "server__pools__name", limit)

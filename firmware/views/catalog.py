@@ -111,10 +111,10 @@ def release_create(request: HtmxHttpRequest) -> HttpResponse:
 @viewer_required
 def release_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     try:
-        release = selectors.release_detail(pk)
+        release = selectors.release_detail(pk=pk)
     except Release.DoesNotExist:
         raise Http404("No such release.") from None
-    context = {"release": release, "bundles": selectors.release_bundles(release), "channels": Channel.choices}
+    context = {"release": release, "bundles": selectors.release_bundles(release=release), "channels": Channel.choices}
     return render(request, "firmware/release_detail.html", context)
 
 
@@ -153,7 +153,7 @@ def bundle_create(request: HtmxHttpRequest) -> HttpResponse:
 @viewer_required
 def bundle_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     try:
-        bundle = selectors.bundle_detail(pk)
+        bundle = selectors.bundle_detail(pk=pk)
     except Bundle.DoesNotExist:
         raise Http404("No such bundle.") from None
     baselines = selectors.baseline_list().filter(bundle=bundle)

@@ -31,7 +31,7 @@ def health_flag_list(*, kind: str | None = None, severity: str | None = None, si
     return qs.order_by("-id")
 
 
-def gpu_open_flags(gpu_id: int) -> list[dict[str, Any]]:
+def gpu_open_flags(*, gpu_id: int) -> list[dict[str, Any]]:
     """A GPU's open flags with their evidence in words (the GPU page's health box)."""
     flags = HealthFlag.objects.filter(gpu_id=gpu_id, cleared_at__isnull=True).order_by("-id")
     return [{"flag": flag, "text": evidence_text(flag.kind, flag.evidence)} for flag in flags]

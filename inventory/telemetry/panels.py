@@ -15,7 +15,7 @@ ASSETS = "telemetry/includes/chart_assets.html"
 
 def gpu_panels(*, gpu: Gpu) -> list[Panel]:
     return [Panel("telemetry/panels/gpu.html", {
-        "chart": charts.gpu_chart(gpu), "flags": gpu_open_flags(gpu.pk), "health_query": f"gpu={gpu.pk}",
+        "chart": charts.gpu_chart(gpu), "flags": gpu_open_flags(gpu_id=gpu.pk), "health_query": f"gpu={gpu.pk}",
     }, head=ASSETS)]
 
 

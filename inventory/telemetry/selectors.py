@@ -335,7 +335,7 @@ def ingest_sources() -> QuerySet[IngestSource]:
     return IngestSource.objects.order_by("name", "id")
 
 
-def latest_for(gpu_ids: Iterable[int]) -> dict[int, GpuLatest]:
+def latest_for(*, gpu_ids: Iterable[int]) -> dict[int, GpuLatest]:
     """The latest sample of each GPU (for "current" columns on list pages): one query."""
     return {latest.gpu_id: latest for latest in GpuLatest.objects.filter(gpu_id__in=list(gpu_ids))}
 
@@ -353,7 +353,7 @@ def open_health_flags() -> QuerySet[HealthFlag]:
     return HealthFlag.objects.filter(cleared_at__isnull=True).select_related("gpu").order_by("-raised_at", "-id")
 
 
-def gpus_with_identity(gpu_ids: Iterable[int] | None = None) -> list[tuple[str, str, str, str]]:
+def gpus_with_identity(*, gpu_ids: Iterable[int] | None = None) -> list[tuple[str, str, str, str]]:
     """(uuid, hostname, PCI bus id, model name) of placed GPUs with a UUID: what the exporter simulator serves."""
     queryset = Gpu.objects.filter(server__isnull=False, uuid__isnull=False)
     if gpu_ids is not None:

@@ -57,10 +57,10 @@ def heatmap(request: HtmxHttpRequest) -> HttpResponse:
 def heatmap_gpu(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     """The side panel of one GPU (htmx), or a page of its own on a direct visit."""
     try:
-        gpu = inventory_selectors.gpu_detail(pk)
+        gpu = inventory_selectors.gpu_detail(pk=pk)
     except Gpu.DoesNotExist:
         raise Http404("No such GPU.") from None
-    context = {"gpu": gpu, "chart": charts.gpu_chart(gpu), "flags": gpu_open_flags(gpu.pk)}
+    context = {"gpu": gpu, "chart": charts.gpu_chart(gpu), "flags": gpu_open_flags(gpu_id=gpu.pk)}
     return render_page(request, "telemetry/heatmap_panel.html", "gpu-panel", context)
 
 

@@ -48,10 +48,10 @@ def gpu_list(request: HtmxHttpRequest) -> HttpResponse:
     filterset = gpu_filter(request.GET)
     # An invalid filter (unknown site, bad rack id) shows nothing rather than silently showing everything.
     queryset = filterset.qs if filterset.is_valid() else Gpu.objects.none()
-    page = keyset_page(selectors.gpu_table_rows(queryset), after=request.GET.get("after"),
+    page = keyset_page(selectors.gpu_table_rows(queryset=queryset), after=request.GET.get("after"),
                        size=settings.FLEET_PAGE_SIZE,
                        sort=request.GET.get("sort", "id"), allowed=GPU_SORTS)
-    selectors.gpu_table_label(page.items)
+    selectors.gpu_table_label(rows=page.items)
     filter_query = query_without(request.GET, "after", "sort")
     context = {
         "filter": filterset,
@@ -113,7 +113,7 @@ def gpu_bulk_transition(request: HtmxHttpRequest) -> HttpResponse:
 
 def _gpu_or_404(pk: int) -> Gpu:
     try:
-        return selectors.gpu_detail(pk)
+        return selectors.gpu_detail(pk=pk)
     except Gpu.DoesNotExist:
         raise Http404("No such GPU.") from None
 
@@ -124,9 +124,9 @@ def _gpu_page(request: HtmxHttpRequest, gpu: Gpu, form: GpuTransitionForm | None
     context: dict[str, Any] = {
         "gpu": gpu,
         "form": form,
-        "history": selectors.gpu_state_history(gpu)[:100],
-        "moves": selectors.gpu_moves(gpu)[:100],
-        "firmware": selectors.gpu_firmware(gpu),
+        "history": selectors.gpu_state_history(gpu=gpu)[:100],
+        "moves": selectors.gpu_moves(gpu=gpu)[:100],
+        "firmware": selectors.gpu_firmware(gpu=gpu),
         "audit": audit_rows(fleet_selectors.audit_for(gpu)[:50]),
         "audit_query": audit_query_for(gpu),
         **panels_context("gpu", gpu=gpu),

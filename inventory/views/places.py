@@ -79,10 +79,10 @@ def server_list(request: HtmxHttpRequest) -> HttpResponse:
 @viewer_required
 def server_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     try:
-        server = selectors.server_detail(pk)
+        server = selectors.server_detail(pk=pk)
     except Server.DoesNotExist:
         raise Http404("No such server.") from None
-    gpus = list(selectors.server_gpus(server))
+    gpus = list(selectors.server_gpus(server=server))
     context = {
         "server": server,
         "gpus": gpus,
@@ -134,10 +134,10 @@ def rack_elevation(rack: Rack, servers: list[Server]) -> Elevation:
 @viewer_required
 def rack_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     try:
-        rack = selectors.rack_detail(pk)
+        rack = selectors.rack_detail(pk=pk)
     except Rack.DoesNotExist:
         raise Http404("No such rack.") from None
-    servers = list(selectors.rack_servers(rack))
+    servers = list(selectors.rack_servers(rack=rack))
     context = {
         "rack": rack,
         "servers": servers,
@@ -152,12 +152,12 @@ def rack_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
 @viewer_required
 def row_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     try:
-        row = selectors.row_detail(pk)
+        row = selectors.row_detail(pk=pk)
     except Row.DoesNotExist:
         raise Http404("No such row.") from None
     context = {
         "row": row,
-        "racks": selectors.row_racks(row),
+        "racks": selectors.row_racks(row=row),
         **panels_context("row", row=row),
     }
     return render(request, "inventory/row_detail.html", context)
@@ -171,7 +171,7 @@ def site_list(request: HtmxHttpRequest) -> HttpResponse:
 @viewer_required
 def site_detail(request: HtmxHttpRequest, code: str) -> HttpResponse:
     site = get_object_or_404(Site, code=code)
-    overview = selectors.site_overview(site)
+    overview = selectors.site_overview(site=site)
     by_state: dict[str, int] = overview["gpus_by_state"]  # type: ignore[assignment]
     skus = selectors.gpu_model_skus()
     context = {
