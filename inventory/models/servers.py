@@ -1,17 +1,12 @@
-"""Inventory: where every GPU is, what it is, what state it is in, and what happened to it.
-
-Locations: Site > Hall > Row > Rack > Server > GPU (slot = module id / PCI bus id).
-Failure domains the rollout planner groups by: site, row, rack, power feed, NVLink domain.
-GPUs carry denormalised site/row/rack ids (kept by the placement service) so every list filter
-is one indexed column, as NetBox does with ``_site``/``_rack``.
-"""
+"""Servers and GPUs: what they are (GPU models, platforms), where they sit, the state each GPU is in, and what
+happened to them (state changes, moves, firmware observations)."""
 
 from __future__ import annotations
 
-from decimal import Decimal
-
 from django.db import models
 from django.db.models import Q
+
+from inventory.models.places import NvlinkDomain, Rack, Row, Site
 
 
 class GpuState(models.TextChoices):
@@ -25,111 +20,6 @@ class GpuState(models.TextChoices):
     DECOMMISSIONING = "decommissioning", "Decommissioning"
     SANITIZED = "sanitized", "Sanitized"
     DISPOSED = "disposed", "Disposed"
-
-
-class Cooling(models.TextChoices):
-    AIR = "air", "Air"
-    LIQUID = "liquid", "Liquid"
-
-
-class Site(models.Model):
-    code = models.SlugField(max_length=20, unique=True)
-    name = models.CharField(max_length=100)
-    timezone = models.CharField(max_length=64, default="UTC")
-    electricity_price_kwh = models.DecimalField(max_digits=8, decimal_places=4, default=0,
-                                                help_text="Price per kWh in the site's currency")
-    pue = models.DecimalField("PUE", max_digits=4, decimal_places=2, default=Decimal("1.30"))
-
-    class Meta:
-        ordering = ["code"]
-        constraints = [models.CheckConstraint(condition=Q(pue__gte=1), name="site_pue_gte_1")]
-
-    def __str__(self) -> str:
-        return self.code
-
-
-class Hall(models.Model):
-    site = models.ForeignKey(Site, on_delete=models.PROTECT, related_name="halls")
-    name = models.CharField(max_length=50)
-
-    class Meta:
-        ordering = ["site__code", "name"]
-        constraints = [models.UniqueConstraint(fields=["site", "name"], name="hall_unique_name")]
-
-    def __str__(self) -> str:
-        return f"{self.site.code}/{self.name}"
-
-
-class Row(models.Model):
-    hall = models.ForeignKey(Hall, on_delete=models.PROTECT, related_name="rows")
-    site = models.ForeignKey(Site, on_delete=models.PROTECT, related_name="rows", editable=False)
-    name = models.CharField(max_length=50)
-
-    class Meta:
-        ordering = ["site__code", "name", "id"]
-        constraints = [models.UniqueConstraint(fields=["hall", "name"], name="row_unique_name")]
-
-    def __str__(self) -> str:
-        return f"{self.site.code}/{self.name}"
-
-    def save(self, *args, **kwargs):  # type: ignore[no-untyped-def]
-        self.site_id = self.hall.site_id  # denormalised: a row never leaves its hall's site
-        super().save(*args, **kwargs)
-
-
-class PowerFeed(models.Model):
-    """A power distribution path (for example PDU-A of a row): a failure domain."""
-
-    site = models.ForeignKey(Site, on_delete=models.PROTECT, related_name="power_feeds")
-    name = models.CharField(max_length=50)
-    capacity_kw = models.DecimalField(max_digits=8, decimal_places=2, null=True, blank=True)
-
-    class Meta:
-        ordering = ["site__code", "name"]
-        constraints = [models.UniqueConstraint(fields=["site", "name"], name="powerfeed_unique_name")]
-
-    def __str__(self) -> str:
-        return f"{self.site.code}/{self.name}"
-
-
-class Rack(models.Model):
-    row = models.ForeignKey(Row, on_delete=models.PROTECT, related_name="racks")
-    site = models.ForeignKey(Site, on_delete=models.PROTECT, related_name="racks", editable=False)
-    name = models.CharField(max_length=50)
-    position = models.PositiveIntegerField(help_text="Position of the rack in its row")
-    height_u = models.PositiveSmallIntegerField(default=48)
-    cooling = models.CharField(max_length=10, choices=Cooling.choices, default=Cooling.AIR)
-    power_budget_kw = models.DecimalField(max_digits=7, decimal_places=2, default=0)
-    power_feeds = models.ManyToManyField(PowerFeed, related_name="racks", blank=True)
-
-    class Meta:
-        ordering = ["site__code", "name", "id"]
-        constraints = [
-            models.UniqueConstraint(fields=["site", "name"], name="rack_unique_name"),
-            models.UniqueConstraint(fields=["row", "position"], name="rack_unique_position"),
-        ]
-        indexes = [models.Index(fields=["row", "position"], name="rack_row_pos_idx")]
-
-    def __str__(self) -> str:
-        return self.name
-
-    def save(self, *args, **kwargs):  # type: ignore[no-untyped-def]
-        self.site_id = self.row.site_id
-        super().save(*args, **kwargs)
-
-
-class NvlinkDomain(models.Model):
-    """GPUs joined by NVLink/NVSwitch (an HGX baseboard, or a whole NVL72 rack): updated as one unit."""
-
-    site = models.ForeignKey(Site, on_delete=models.PROTECT, related_name="nvlink_domains")
-    name = models.CharField(max_length=80)
-
-    class Meta:
-        ordering = ["site__code", "name"]
-        constraints = [models.UniqueConstraint(fields=["site", "name"], name="nvlink_unique_name")]
-
-    def __str__(self) -> str:
-        return self.name
 
 
 class GpuModel(models.Model):
@@ -392,28 +282,3 @@ class GpuMove(models.Model):
 
     def __str__(self) -> str:
         return f"{self.gpu_id} {self.kind}"
-
-
-class ImportRun(models.Model):
-    """An uploaded file waiting for confirmation (preview), then applied."""
-
-    class Status(models.TextChoices):
-        PREVIEW = "preview"
-        APPLIED = "applied"
-        FAILED = "failed"
-
-    filename = models.CharField(max_length=255)
-    fmt = models.CharField("format", max_length=20)
-    server_hint = models.CharField(max_length=253, blank=True)
-    content = models.BinaryField()
-    status = models.CharField(max_length=10, choices=Status.choices, default=Status.PREVIEW)
-    summary = models.JSONField(default=dict, blank=True)
-    created_by = models.ForeignKey("auth.User", null=True, on_delete=models.SET_NULL)
-    created_at = models.DateTimeField(auto_now_add=True)
-
-    class Meta:
-        ordering = ["-id"]
-
-    def __str__(self) -> str:
-        return f"import #{self.pk} {self.filename}"
-
