@@ -21,7 +21,8 @@ from django.db import transaction
 
 from fleet.audit import Actor
 from inventory.models import Gpu, Server, Site
-from inventory.seed.builder import Builder, SeedResult
+from inventory.seed.builder import Builder
+from inventory.seed.plans import SeedResult
 from inventory.seed.writer import Writer
 
 __all__ = ["SeedError", "SeedResult", "demo_seed", "inventory_is_empty"]
