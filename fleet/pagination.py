@@ -1,8 +1,11 @@
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Collection
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
+from uuid import UUID
 
 from django.core import signing
 from django.db.models import F, Q, QuerySet
@@ -112,3 +115,65 @@ def keyset_page[T](qs: QuerySet[T], *, after: str | None, size: int, sort: str =
     next_after = (_encode(rows[size - 1], name=name, pk_name=pk_name, by_id=by_id, sort=sort)
                   if len(rows) > size else None)
     return KeysetPage(items=rows[:size], sort=sort, next_after=next_after, after=after if position else None)
+
+
+# --- keyset pages in a queryset's own multi-column order ----------------------------------------------------
+# Catalog lists sort on several columns (component, then newest version; platform, pool, newest first). The
+# cursor signs the last row's values of every ordering column; the next page is the rows after it in that
+# order: one range condition, LIMIT size + 1, no COUNT(*), no OFFSET. NULLs sort last ascending and first
+# descending (PostgreSQL's default), on every database.
+
+
+def _cursor_value(value: Any) -> Any:
+    if isinstance(value, dt.date):  # datetimes too; the field parses the ISO text back
+        return value.isoformat()
+    if isinstance(value, Decimal | UUID):
+        return str(value)
+    return value
+
+
+def _rows_after(keys: list[tuple[str, bool]], values: list[Any]) -> Q:
+    """Rows strictly after ``values`` in the order of ``keys`` ((alias, descending) pairs)."""
+    after: Q | None = None
+    equal = Q()
+    for (alias, descending), value in zip(keys, values, strict=True):
+        if value is None:
+            beyond = Q(**{f"{alias}__isnull": False}) if descending else None  # NULLs: first desc, last asc
+            same = Q(**{f"{alias}__isnull": True})
+        else:
+            beyond = Q(**{f"{alias}__{'lt' if descending else 'gt'}": value})
+            if not descending:
+                beyond |= Q(**{f"{alias}__isnull": True})
+            same = Q(**{alias: value})
+        if beyond is not None:
+            after = equal & beyond if after is None else after | (equal & beyond)
+        equal &= same
+    return after if after is not None else Q(pk__in=[])
+
+
+def keyset_page_ordered[T](qs: QuerySet[T], *, after: str | None, size: int) -> KeysetPage[T]:
+    """One page of ``qs`` in its own ``order_by`` (plain field paths, ending in the primary key), starting after
+    the ``after`` cursor. A bad or stale cursor gives the first page."""
+    order = [str(term) for term in qs.query.order_by]
+    if not order or order[-1].lstrip("-") not in ("id", "pk"):
+        raise ValueError(f"keyset pages need an ordering that ends in the primary key, not {order}")
+    keys = [(f"keyset_{i}", term.startswith("-")) for i, term in enumerate(order)]
+    qs = qs.annotate(**{alias: F(term.lstrip("-")) for (alias, _), term in zip(keys, order, strict=True)})
+    qs = qs.order_by(*[F(alias).desc(nulls_first=True) if descending else F(alias).asc(nulls_last=True)
+                       for alias, descending in keys])
+    salt = f"{_SALT}.{qs.model._meta.label_lower}.{','.join(order)}"
+    position = None
+    if after:
+        try:
+            position = signing.loads(after, salt=salt)
+        except (signing.BadSignature, TypeError, ValueError):
+            position = None
+    if isinstance(position, list) and len(position) == len(keys):
+        qs = qs.filter(_rows_after(keys, position))
+    else:
+        position = None
+    rows = list(qs[: size + 1])
+    next_after = (signing.dumps([_cursor_value(getattr(rows[size - 1], alias)) for alias, _ in keys], salt=salt,
+                                compress=False) if len(rows) > size else None)
+    return KeysetPage(items=rows[:size], sort=",".join(order), next_after=next_after,
+                      after=after if position is not None else None)

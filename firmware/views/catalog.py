@@ -12,6 +12,7 @@ from django import forms
 from django.conf import settings
 from django.contrib import messages
 from django.core.exceptions import ValidationError
+from django.db.models import QuerySet
 from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
@@ -22,7 +23,7 @@ from firmware.selectors import catalog as selectors
 from firmware.selectors import drift as drift_selectors
 from firmware.services import catalog as services
 from firmware.services.catalog import PER_GPU
-from fleet.pagination import keyset_page
+from fleet.pagination import keyset_page, keyset_page_ordered
 from fleet.roles import APPROVER, OPERATOR, has_role
 from fleet.views import (
     HtmxHttpRequest,
@@ -58,16 +59,23 @@ def _form_create(request: HtmxHttpRequest, form: forms.Form, create: Callable[..
     return obj
 
 
-def _list_with_create_form(request: HtmxHttpRequest, template: str, context: dict[str, Any], form: forms.Form,
-                           create: Callable[..., Any], created: str) -> HttpResponse:
+def _page(request: HtmxHttpRequest, qs: QuerySet[Any], name: str) -> dict[str, Any]:
+    """One keyset page of a catalog list (in the selector's order) as ``name``, with the pager's context."""
+    page = keyset_page_ordered(qs, after=request.GET.get("after"), size=settings.FLEET_PAGE_SIZE)
+    return {name: page.items, "page": page, "first_query": query_without(request.GET, "after"),
+            "next_query": query_with(request.GET, after=page.next_after) if page.has_next else None}
+
+
+def _list_with_create_form(request: HtmxHttpRequest, template: str, partial: str, context: dict[str, Any],
+                           form: forms.Form, create: Callable[..., Any], created: str) -> HttpResponse:
     """A list page with a create form: an operator's POST goes through :func:`_form_create` and back to the
-    list; a form with errors renders with the list, status 400."""
+    list; a form with errors renders with the list, status 400. htmx's pager asks for the ``partial`` table."""
     if request.method == "POST":
         if not has_role(request.user, OPERATOR):
             return render(request, "403.html", status=403)
         if _form_create(request, form, create, created) is not None:
             return redirect(request.path)
-    return render(request, template, {**context, "form": form}, status=400 if form.errors else 200)
+    return render_page(request, template, partial, {**context, "form": form}, status=400 if form.errors else 200)
 
 
 # --- home ------------------------------------------------------------------------------------------------
@@ -94,7 +102,7 @@ def release_list(request: HtmxHttpRequest) -> HttpResponse:
     channel = request.GET.get("channel") or ""
     if channel:
         qs = qs.filter(channel=channel)
-    context = {"releases": qs[:500], "components": COMPONENT_CHOICES, "channels": Channel.choices,
+    context = {**_page(request, qs, "releases"), "components": COMPONENT_CHOICES, "channels": Channel.choices,
                "component": component, "channel": channel}
     return render_page(request, "firmware/release_list.html", "release-table", context)
 
@@ -138,7 +146,8 @@ def release_channel(request: HtmxHttpRequest, pk: int) -> HttpResponse:
 
 @viewer_required
 def bundle_list(request: HtmxHttpRequest) -> HttpResponse:
-    return render(request, "firmware/bundle_list.html", {"bundles": selectors.bundle_list()[:500]})
+    return render_page(request, "firmware/bundle_list.html", "bundle-table",
+                       _page(request, selectors.bundle_list(), "bundles"))
 
 
 @operator_required
@@ -164,8 +173,9 @@ def bundle_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
 
 @viewer_required
 def baseline_list(request: HtmxHttpRequest) -> HttpResponse:
-    return _list_with_create_form(request, "firmware/baseline_list.html",
-                                  {"baselines": selectors.baseline_list()[:500]}, BaselineForm(request.POST or None),
+    return _list_with_create_form(request, "firmware/baseline_list.html", "baseline-table",
+                                  _page(request, selectors.baseline_list(), "baselines"),
+                                  BaselineForm(request.POST or None),
                                   services.baseline_create, "Baseline #{.pk} proposed; an approver puts it in force.")
 
 
@@ -189,13 +199,15 @@ def baseline_action(request: HtmxHttpRequest, pk: int, action: str) -> HttpRespo
 
 @viewer_required
 def pool_list(request: HtmxHttpRequest) -> HttpResponse:
-    return _list_with_create_form(request, "firmware/pool_list.html", {"pools": selectors.pool_list()[:500]},
+    return _list_with_create_form(request, "firmware/pool_list.html", "pool-table",
+                                  _page(request, selectors.pool_list(), "pools"),
                                   PoolForm(request.POST or None), services.pool_create, "Pool {} created.")
 
 
 @viewer_required
 def window_list(request: HtmxHttpRequest) -> HttpResponse:
-    return _list_with_create_form(request, "firmware/window_list.html", {"windows": selectors.window_list()[:500]},
+    return _list_with_create_form(request, "firmware/window_list.html", "window-table",
+                                  _page(request, selectors.window_list(), "windows"),
                                   WindowForm(request.POST or None), services.window_create, "Window {} created.")
 
 

@@ -1,6 +1,8 @@
 """Firmware catalog pages: render for viewers with pinned query counts, role checks, forms through services,
 the drift drill-down, and the demo seed (mixed NVLink domain and pool findings)."""
 
+import datetime as dt
+
 import pytest
 from django.core.management import call_command
 from django.urls import reverse
@@ -130,3 +132,62 @@ def test_list_page_create_forms(client, users):
     assert proposed.redirect_chain == [(baselines, 302)] and b"proposed; an approver puts it in force" in proposed.content
     overlap = client.post(baselines, {"bundle": bundle.pk})
     assert overlap.status_code == 400
+
+
+# --- keyset pages ------------------------------------------------------------------------------------------------
+
+def _walk(client, url: str, name: str) -> list[int]:
+    """Every page of a catalog list through its "Next page" cursors: the ids in page order."""
+    ids, after, pages = [], None, 0
+    while True:
+        response = client.get(url, {"after": after} if after else {})
+        assert response.status_code == 200
+        ids += [obj.pk for obj in response.context[name]]
+        pages += 1
+        after = response.context["page"].next_after
+        if after is None:
+            assert pages > 1
+            return ids
+
+
+def test_catalog_lists_page_through_every_row_in_their_order(client, users, settings):
+    from firmware.selectors import catalog as selectors
+
+    settings.FLEET_PAGE_SIZE = 2
+    catalog.component_specs_ensure(actor=SYSTEM)
+    for version in ("01.01.16", "01.03.19", "01.02.7", "01.10.1"):
+        fw.release("bmc", version)
+    for version in ("96.00.74.00.1C", "96.00.99.00.01", "96.00.89.00.01"):
+        fw.release("gpu_vbios", version)
+    pools = [catalog.pool_create(name=name, actor=SYSTEM) for name in ("pa", "pb")]
+    for n, name in enumerate(("HGX H100 8-GPU", "HGX H200 8-GPU", "HGX B200 8-GPU")):
+        plat = fw.platform(name)
+        bundle = fw.bundle({"bmc": "01.03.19"}, plat)
+        for pool in (None, *pools[: n + 1]):  # platform-wide baselines (no pool: NULL in the sort) among pooled ones
+            fw.baseline(bundle, users["approver"], pool=pool)
+    for n in range(3):
+        catalog.window_create(name=f"w{n}", weekdays="2", start_time=dt.time(2, 0), duration_minutes=60, actor=SYSTEM)
+    login(client, users, "viewer")
+    expect = {"firmware-release-list": ("releases", selectors.release_list()),
+              "firmware-bundle-list": ("bundles", selectors.bundle_list()),
+              "firmware-baseline-list": ("baselines", selectors.baseline_list()),
+              "firmware-window-list": ("windows", selectors.window_list())}
+    for url_name, (name, qs) in expect.items():
+        assert _walk(client, reverse(url_name), name) == [obj.pk for obj in qs], url_name
+    assert [p.pk for p in pools] == [p.pk for p in selectors.pool_list()]
+
+
+def test_catalog_pager_is_a_link_that_htmx_swaps_and_survives_a_bad_cursor(client, users, settings):
+    settings.FLEET_PAGE_SIZE = 1
+    catalog.component_specs_ensure(actor=SYSTEM)
+    fw.release("bmc", "01.01.16")
+    fw.release("bmc", "01.03.19")
+    login(client, users, "viewer")
+    page = client.get(reverse("firmware-release-list"))
+    after = page.context["page"].next_after
+    assert f'href="/firmware/releases/?after={after}"'.encode() in page.content.replace(b"%3A", b":")
+    partial = client.get(reverse("firmware-release-list"), {"after": after}, headers={"HX-Request": "true"})
+    assert partial.content.lstrip().startswith(b'<div class="panel flush" id="release-table">')
+    assert [r.version for r in partial.context["releases"]] == ["01.01.16"]
+    bad = client.get(reverse("firmware-release-list"), {"after": "not-a-cursor"})
+    assert [r.version for r in bad.context["releases"]] == ["01.03.19"]  # the first page
