@@ -10,7 +10,6 @@ from typing import Any
 
 from django.db.models import QuerySet
 from django.http import StreamingHttpResponse
-from django_filters import rest_framework as filters
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import mixins, renderers, status, viewsets
@@ -20,11 +19,9 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from firmware.api import catalog_serializers as s
+from firmware.filters import ComplianceFilter, ReleaseFilter
 from firmware.models import (
     Baseline,
-    ComplianceState,
-    ComplianceStatus,
-    Release,
 )
 from firmware.selectors import catalog as selectors
 from firmware.selectors import drift as drift_selectors
@@ -33,30 +30,6 @@ from firmware.services import catalog as services
 from firmware.services.compliance import compliance_recompute
 from fleet.api import FleetAutoSchema
 from fleet.roles import APPROVER, OPERATOR
-from inventory.models import FirmwareComponent
-
-
-class ReleaseFilter(filters.FilterSet):
-    component = filters.ChoiceFilter(choices=FirmwareComponent.choices)
-    channel = filters.CharFilter()
-    platform = filters.NumberFilter(field_name="platforms")
-    version = filters.CharFilter(field_name="version", lookup_expr="iexact")
-
-    class Meta:
-        model = Release
-        fields = ["component", "channel", "platform", "version"]
-
-
-class ComplianceFilter(filters.FilterSet):
-    site = filters.CharFilter(field_name="server__site__code")
-    platform = filters.NumberFilter(field_name="server__platform_id")
-    component = filters.ChoiceFilter(choices=FirmwareComponent.choices)
-    status = filters.ChoiceFilter(choices=ComplianceState.choices)
-    server = filters.NumberFilter(field_name="server_id")
-
-    class Meta:
-        model = ComplianceStatus
-        fields = ["site", "platform", "component", "status", "server"]
 
 
 class _Base(viewsets.GenericViewSet):

@@ -7,7 +7,6 @@ from typing import Any
 
 from django.conf import settings
 from django.utils import timezone
-from django_filters import rest_framework as filters
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import serializers, status
@@ -19,6 +18,7 @@ from rest_framework.views import APIView
 
 from fleet.api import AuditedModelViewSet, FleetAutoSchema, NewestFirstCursorPagination, ReadOnlyViewSet
 from inventory.telemetry import selectors, services
+from inventory.telemetry.filters import XidEventFilter
 from inventory.telemetry.models import IngestKind, IngestSource, XidEvent
 from inventory.telemetry.sample import TelemetryParseError
 
@@ -297,16 +297,6 @@ class IngestSourceViewSet(AuditedModelViewSet):
 
     def get_queryset(self):  # type: ignore[no-untyped-def]
         return selectors.ingest_sources()
-
-
-class XidEventFilter(filters.FilterSet):
-    gpu = filters.NumberFilter(field_name="gpu_id")
-    hardware = filters.BooleanFilter()
-    source = filters.CharFilter()
-
-    class Meta:
-        model = XidEvent
-        fields = ["gpu", "hardware", "source"]
 
 
 class XidEventSerializer(serializers.ModelSerializer):

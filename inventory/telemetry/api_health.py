@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import django_filters
 from django.db.models import QuerySet
 from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_field
 from rest_framework import serializers
@@ -15,47 +14,10 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from fleet.api import NewestFirstCursorPagination, ReadOnlyViewSet, ValidationErrorSerializer
-from inventory.models import GpuModel, Site
+from inventory.telemetry.filters import HealthFlagFilter
 from inventory.telemetry.health import evidence_text, health_flag_act
 from inventory.telemetry.health_selectors import health_flag_list
-from inventory.telemetry.models import HealthFlag, HealthKind, HealthSeverity
-
-STATUS_CHOICES = [("open", "Open"), ("cleared", "Cleared"), ("all", "Open and cleared")]
-
-
-class HealthFlagFilter(django_filters.FilterSet):
-    """One FilterSet for the API and the flagged-GPU page. Without ``status``, open flags only."""
-
-    kind = django_filters.ChoiceFilter(choices=HealthKind.choices, empty_label="Any kind")
-    severity = django_filters.ChoiceFilter(choices=HealthSeverity.choices, empty_label="Any severity")
-    site = django_filters.ModelChoiceFilter(field_name="gpu__site", queryset=Site.objects.order_by("code"),
-                                            to_field_name="code", label="Site code")
-    model = django_filters.ModelChoiceFilter(field_name="gpu__model", queryset=GpuModel.objects.order_by("name"),
-                                             label="GPU model id")
-    gpu = django_filters.NumberFilter(field_name="gpu_id", label="GPU id")
-    status = django_filters.ChoiceFilter(choices=STATUS_CHOICES, method="filter_status", label="Status",
-                                         empty_label="Open (default)")
-
-    class Meta:
-        model = HealthFlag
-        fields = ["kind", "severity", "site", "model", "gpu", "status"]
-
-    def filter_status(self, queryset: QuerySet[HealthFlag], name: str, value: str) -> QuerySet[HealthFlag]:
-        if value == "cleared":
-            return queryset.filter(cleared_at__isnull=False)
-        if value == "open":
-            return queryset.filter(cleared_at__isnull=True)
-        return queryset
-
-    def filter_queryset(self, queryset: QuerySet[HealthFlag]) -> QuerySet[HealthFlag]:
-        queryset = super().filter_queryset(queryset)
-        if not self.form.cleaned_data.get("status"):
-            queryset = queryset.filter(cleared_at__isnull=True)
-        return queryset
-
-
-def health_filter(params: Any) -> HealthFlagFilter:
-    return HealthFlagFilter(params, queryset=health_flag_list(open_only=False))
+from inventory.telemetry.models import HealthFlag
 
 
 class FlagGpuSerializer(serializers.Serializer):

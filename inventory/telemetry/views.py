@@ -27,7 +27,7 @@ from inventory import selectors as inventory_selectors
 from inventory.lifecycle import allowed_targets
 from inventory.models import Gpu, GpuState, Rack
 from inventory.telemetry import charts
-from inventory.telemetry.api_health import health_filter
+from inventory.telemetry.filters import health_filter
 from inventory.telemetry.health import ACTIONS, evidence_text, health_flag_act
 from inventory.telemetry.health_selectors import FLAG_RELATED, gpu_open_flags
 from inventory.telemetry.models import HealthFlag

@@ -3,7 +3,6 @@ Operators add a scrape source and enable or disable one."""
 
 from __future__ import annotations
 
-from django import forms
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
 from django.http import HttpResponse, HttpResponseRedirect
@@ -14,20 +13,8 @@ from django.views.decorators.http import require_POST
 from fleet.roles import OPERATOR, has_role
 from fleet.views import HtmxHttpRequest, operator_required, render_page, viewer_required
 from inventory.telemetry import selectors, services
+from inventory.telemetry.forms import ScrapeSourceForm
 from inventory.telemetry.models import IngestKind, IngestSource
-
-
-class ScrapeSourceForm(forms.ModelForm):
-    class Meta:
-        model = IngestSource
-        fields = ["name", "url", "host", "interval_s", "timeout_s"]
-        widgets = {"url": forms.URLInput(attrs={"placeholder": "http://node0001:9400/metrics"})}
-
-    def clean_url(self) -> str:
-        url = self.cleaned_data["url"]
-        if not url:
-            raise forms.ValidationError("A scrape source needs the exporter's URL.")
-        return url
 
 
 def _page(request: HtmxHttpRequest, form: ScrapeSourceForm, status: int = 200) -> HttpResponse:
