@@ -5,11 +5,13 @@ from django.urls import path
 from rest_framework.routers import DefaultRouter
 from rest_framework.urlpatterns import format_suffix_patterns
 
+from decommission import api_urls as decommission_api
 from firmware import api_urls as firmware_api
 from fleet import api
 from inventory import api_urls as inventory_api
 from inventory.telemetry import api_health_urls as health_api
 from inventory.telemetry import api_urls as telemetry_api
+from procurement import api_urls as procurement_api
 
 app_name = "api"
 
@@ -24,4 +26,5 @@ root = DefaultRouter.APIRootView.as_view(api_root_dict={
     prefix: f"{basename}-list" for prefix, _viewset, basename in [*inventory_api.router.registry, *router.registry]})
 
 urlpatterns = [*inventory_api.urlpatterns, *router.urls, *format_suffix_patterns([path("", root, name="api-root")]),
-               *telemetry_api.urlpatterns, *health_api.urlpatterns, *firmware_api.urlpatterns]
+               *telemetry_api.urlpatterns, *health_api.urlpatterns, *firmware_api.urlpatterns,
+               *procurement_api.urlpatterns, *decommission_api.urlpatterns]

@@ -61,6 +61,8 @@ INSTALLED_APPS = [
     "inventory",
     "inventory.telemetry",
     "firmware",
+    "procurement",
+    "decommission",
 ]
 
 MIDDLEWARE = [

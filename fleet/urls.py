@@ -14,4 +14,6 @@ urlpatterns = [
     path("", include("inventory.urls")),
     path("", include("inventory.telemetry.urls")),
     path("", include("firmware.urls")),
+    path("", include("procurement.urls")),
+    path("", include("decommission.urls")),
 ]

@@ -163,7 +163,7 @@ def test_a_bad_upgrade_path_on_2_percent_is_caught_by_the_canary_touching_at_mos
 
 
 def test_a_hardware_xid_during_soak_fails_the_wave(users, drive):
-    from inventory.models import XidEvent
+    from inventory.telemetry.models import XidEvent
 
     with running_simulator(bmcs=2, task_seconds=0, bmc_reset_seconds=0.1, seed=1) as sim:
         fleet = _fleet(sim, 2)

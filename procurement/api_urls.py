@@ -1,0 +1,3 @@
+"""Procurement endpoints under ``/api/v1/``; composed into the ``api`` namespace by ``fleet.api_urls``."""
+
+urlpatterns = []

@@ -1,0 +1,5 @@
+from django.apps import AppConfig
+
+
+class ProcurementConfig(AppConfig):
+    name = "procurement"

@@ -1,0 +1,3 @@
+"""HTML pages of the procurement app."""
+
+urlpatterns = []
