@@ -184,9 +184,9 @@ def engine_throughput(args: argparse.Namespace, url: str, broker: str, operator,
     from firmware.models.rollout import TARGET_DONE
     from firmware.services import catalog, engine
     from firmware.services import rollout as svc
-    from firmware.simulator.testing import SimulatorProcess
     from fleet import bulk
     from fleet.audit import SystemActor
+    from fleet.bmcsim.testing import SimulatorProcess
     from inventory.models import Server, ServerPlatform
 
     n = args.engine_targets

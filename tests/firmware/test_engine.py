@@ -12,7 +12,8 @@ from firmware.models import ErrorClass, RolloutState, RolloutTarget, TargetState
 from firmware.models.rollout import TARGET_PAST_NO_RETURN
 from firmware.services import engine
 from firmware.services import rollout as svc
-from firmware.simulator.testing import running_simulator
+from fleet import redfish as fleet_redfish
+from fleet.bmcsim.testing import running_simulator
 from tests.firmware import rollout_fleet
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -28,7 +29,7 @@ def drive(monkeypatch, settings):
     settings.FLEET_ROLLOUT_LEASE_SECONDS = 2
     queue: list = []
     monkeypatch.setattr(engine, "send_steps", lambda chunks: queue.extend(chunks))
-    redfish._CLIENTS.clear()
+    fleet_redfish.sessions_clear()
 
     def run(rollout, until, timeout: float = 40, each_step=lambda: None):
         deadline = time.monotonic() + timeout

@@ -19,7 +19,7 @@ from django.db import connection
 from firmware.models import Rollout, RolloutState, RolloutTarget, TargetState
 from firmware.services import engine
 from firmware.services import rollout as svc
-from firmware.simulator.testing import SimulatorProcess
+from fleet.bmcsim.testing import SimulatorProcess
 from tests.firmware import rollout_fleet
 
 pytestmark = [

@@ -14,12 +14,12 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 
 from . import profiles
 from .config import SimConfig
-from .faults import hits
+from .faults import REQUEST_KINDS, hits
 from .messages import RedfishError, message
+from .records import Component, Pending, Target, Task
 from .stats import Stats
 
 STAGED = "Staged"
@@ -40,71 +40,6 @@ CHASSIS_RESET_TYPES = ("On", "ForceOn", "ForceOff", "GracefulShutdown", "PowerCy
 MANAGER_RESET_TYPES = ("GracefulRestart", "ForceRestart")
 
 
-class ManualClock:
-    """A clock for tests: ``clock.advance(5)`` moves every BMC's tasks five seconds on."""
-
-    def __init__(self, start: float = 1_000_000.0) -> None:
-        self.now = start
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
-
-
-@dataclass
-class Pending:
-    version: str
-    image: str
-    state: str
-    task_id: int
-    no_change: bool = False
-
-
-@dataclass
-class Component:
-    spec: profiles.ComponentSpec
-    version: str
-    pending: Pending | None = None
-    busy_task: int | None = None
-
-
-@dataclass
-class Target:
-    component: str
-    from_version: str
-    to_version: str
-    outcome: str = "ok"  # ok | fail | stuck
-    message_id: str = ""
-    no_change: bool = False
-
-
-@dataclass
-class Task:
-    id: int
-    targets: list[Target]
-    image: str
-    staged: bool
-    created: float
-    duration: float
-    state: str = "New"
-    status: str = "OK"
-    ended: float | None = None
-    messages: list[dict] = field(default_factory=list)
-
-    @property
-    def done(self) -> bool:
-        return self.ended is not None
-
-    def percent(self, now: float) -> int:
-        if self.done:
-            return 100
-        fraction = (now - self.created) / self.duration if self.duration > 0 else 1.0
-        cap = 50 if any(t.outcome == "stuck" for t in self.targets) else 99
-        return max(0, min(cap, int(fraction * 100)))
-
-
 class Bmc:
     def __init__(self, bmc_id: str, profile: profiles.Profile, bmc_class: str, versions: dict[str, str]) -> None:
         unknown = set(versions) - {c.id for c in profile.components}
@@ -123,6 +58,10 @@ class Bmc:
         self.sessions: dict[str, str] = {}  # token -> session id
         self.next_session_id = 1
         self.requests = 0  # per-BMC request number, the identity of request-fault draws
+        self.reboot_mode = ""  # what the current reboot window answers ("" = the configured reboot_mode)
+        self.last_reset = 0.0  # clock of the last reset (Manager/System LastResetTime)
+        self.extra: dict = {}  # plugins' state, by plugin name
+        self.wall_offset = 0.0
 
     def reset_uri(self, activation: str, manager: str = "") -> tuple[str, str]:
         uri, reset_type = _RESET_URIS[activation]
@@ -131,7 +70,9 @@ class Bmc:
 
 
 class Simulator:
-    def __init__(self, *, clock: Callable[[], float] | None = None, **config: object) -> None:
+    def __init__(self, *, clock: Callable[[], float] | None = None, plugins: Iterable = (),
+                 **config: object) -> None:
+        self.plugins = list(plugins)
         self.clock = clock or time.monotonic
         self.wall_offset = time.time() - self.clock()  # clock -> epoch seconds, for task times
         self.config = SimConfig().merged(config)
@@ -154,6 +95,11 @@ class Simulator:
         width = max(4, len(str(start + count - 1)))
         new_ids = list(ids) + [f"{prefix}{n:0{width}d}" for n in range(start, start + count)]
         bmcs = [Bmc(i, profiles.PROFILES[profile], bmc_class or profile, versions or {}) for i in new_ids]
+        for bmc in bmcs:
+            bmc.last_reset = self.clock()
+            bmc.wall_offset = self.wall_offset
+            for plugin in self.plugins:
+                plugin.on_bmc_created(self, bmc)
         with self._lock:
             self._bmcs.update((b.id, b) for b in bmcs)
         return new_ids
@@ -182,14 +128,38 @@ class Simulator:
             for task in [t for t in bmc.running if now >= t.created + t.duration]:
                 if not any(t.outcome == "stuck" for t in task.targets):
                     self._finish(bmc, task, now)
+        purge = self.config.purge_tasks_after
+        if purge > 0:  # a BMC that forgets finished tasks (the pending image stays)
+            for task_id in [i for i, t in bmc.tasks.items() if t.ended is not None and now - t.ended >= purge]:
+                del bmc.tasks[task_id]
+                self.stats.count_fault("purged")
         return now
+
+    def new_task(self, bmc: Bmc, *, name: str, seconds: float, on_done: Callable[[], None] | None = None) -> Task:
+        """A plugin's task (shown by TaskService like an update task; ``on_done`` runs when it completes)."""
+        now = self.clock()
+        task = Task(bmc.next_task_id, [], name, False, now, seconds, on_done=on_done, name=name)
+        bmc.next_task_id += 1
+        bmc.tasks[task.id] = task
+        if seconds <= 0:
+            self._finish(bmc, task, now)
+        else:
+            task.state = "Running"
+            bmc.running.append(task)
+        return task
+
+    def reboot_window(self, bmc: Bmc, seconds: float, mode: str = "") -> None:
+        """The BMC reboots: for ``seconds`` it answers as ``mode`` (refused, 503, 404, mixed) says."""
+        bmc.unreachable_until = max(bmc.unreachable_until, self.clock() + seconds)
+        bmc.reboot_mode = mode
+        self.stats.count_fault("reboot_window")
 
     def request_fault(self, bmc: Bmc, method: str, path: str):
         """The request fault rule that hits this request, if any; counts the BMC's request number."""
         bmc.requests += 1
         config = self.config
         for index, rule in enumerate(config.faults):
-            if rule.kind in ("http_error", "timeout") and rule.matches_request(bmc.id, method, path) \
+            if rule.kind in REQUEST_KINDS and rule.matches_request(bmc.id, method, path) \
                     and hits(rule, config.seed, index, bmc.id, bmc.requests):
                 self.stats.count_fault(rule.kind)
                 return rule
@@ -237,7 +207,7 @@ class Simulator:
         attempt = self.stats.updates.get((bmc.id, target.component, to_version), 0)
         config = self.config
         for index, rule in enumerate(config.faults):
-            if rule.kind in ("http_error", "timeout") or not rule.matches_update(*identity):
+            if rule.kind in REQUEST_KINDS or not rule.matches_update(*identity):
                 continue
             if not hits(rule, config.seed, index, *identity, attempt):
                 continue
@@ -275,6 +245,8 @@ class Simulator:
             else:
                 task.messages.append(message("Base.1.13.0.ResetRequired", *bmc.reset_uri(spec.activation, spec.manager)))
         self._end(bmc, task, now, "Exception" if failed else "Completed", "Critical" if failed else "OK")
+        if task.on_done is not None and not failed:
+            task.on_done()
 
     def _end(self, bmc: Bmc, task: Task, now: float, state: str, status: str) -> None:
         task.state, task.status, task.ended = state, status, now
@@ -307,6 +279,9 @@ class Simulator:
 
     def _activate(self, bmc: Bmc, kinds: set[str], manager: str = "") -> None:
         self.stats.count_reset(bmc.id, kinds)
+        bmc.last_reset = self.clock()
+        for plugin in self.plugins:
+            plugin.on_reset(self, bmc, "manager" if manager else "system")
         for component in bmc.components.values():
             spec, pending = component.spec, component.pending
             if pending is None or pending.state != AWAITING_ACTIVATION or spec.activation not in kinds:
@@ -363,6 +338,7 @@ class Simulator:
     def _bmc_goes_down(self, bmc: Bmc, now: float) -> None:
         """A BMC reboot: unreachable for a while, running tasks aborted, sessions lost."""
         bmc.unreachable_until = now + self.config.bmc_reset_seconds
+        bmc.reboot_mode = ""
         for task in list(bmc.running):
             self.cancel_task(bmc, task, "TaskEvent.1.0.TaskAborted")
         bmc.sessions.clear()
@@ -379,6 +355,7 @@ class Simulator:
                                      "pending": pending_json(c.pending), "busy_task": c.busy_task}
                                for cid, c in bmc.components.items()},
                 "tasks": dict(Counter(t.state for t in bmc.tasks.values())),
+                **{k: v for plugin in self.plugins for k, v in plugin.snapshot(self, bmc).items()},
             }
 
     def versions(self, bmc_id: str) -> dict[str, str]:

@@ -10,6 +10,9 @@ default). Update faults are drawn once per target of an update request; request 
 | ``no_version_change`` | same | the update completes and activates, but the Version stays the old one |
 | ``http_error`` | bmc, method, path | the request is answered with ``status`` (default 503, with Retry-After) and not processed |
 | ``timeout`` | bmc, method, path | the request hangs ``seconds`` (default 30) then the connection closes unanswered; ``when`` = ``before`` (not processed, default) or ``after`` (processed, answer lost) |
+| ``late`` | bmc, method, path | the client gets no answer (the connection closes after ``seconds``); the request is processed then, after the client timed out |
+| ``slow`` | bmc, method, path | answered normally after ``seconds`` |
+| ``reboot`` | bmc, method, path | processed and answered, then the BMC reboots for ``seconds`` (see ``reboot_mode``) |
 
 ``path`` matches the Redfish path after the BMC prefix, e.g. ``/redfish/v1/UpdateService/Actions/*``.
 Draws are a hash of (seed, rule index, the matched identity, a per-identity attempt number), so a run with one
@@ -21,7 +24,7 @@ from dataclasses import dataclass, fields
 from fnmatch import fnmatchcase
 
 UPDATE_KINDS = ("fail", "stuck", "no_version_change")
-REQUEST_KINDS = ("http_error", "timeout")
+REQUEST_KINDS = ("http_error", "timeout", "late", "slow", "reboot")
 
 
 @dataclass(frozen=True)

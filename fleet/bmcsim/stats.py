@@ -18,10 +18,33 @@ class Stats:
             self.resets: Counter[tuple[str, str]] = Counter()  # (bmc, activation kind) -> resets
             self.faults: Counter[str] = Counter()
             self.activations = 0
+            self.received: dict[str, Counter[str]] = {}  # bmc -> "METHOD /path" -> mutating requests received
+            self.processed: dict[str, Counter[str]] = {}  # bmc -> "METHOD /path" -> mutating requests processed
 
     def count_request(self) -> None:
         with self._lock:
             self.requests += 1
+
+    def count_received(self, bmc: str, key: str) -> None:
+        with self._lock:
+            self.received.setdefault(bmc, Counter())[key] += 1
+
+    def count_processed(self, bmc: str, key: str) -> None:
+        with self._lock:
+            self.processed.setdefault(bmc, Counter())[key] += 1
+
+    def counters_json(self, bmc: str | None = None) -> dict:
+        """``GET /_sim/counters``: every mutating request received and processed, per BMC and "METHOD /path"."""
+        with self._lock:
+            ids = sorted(set(self.received) | set(self.processed))
+            return {"bmcs": {b: {"received": dict(self.received.get(b, {})),
+                                 "processed": dict(self.processed.get(b, {}))}
+                             for b in ids if bmc is None or b == bmc},
+                    "faults": dict(self.faults), "reboot_windows": self.faults.get("reboot_window", 0)}
+
+    def clear_counters(self) -> None:
+        with self._lock:
+            self.received, self.processed = {}, {}
 
     def count_update(self, bmc: str, component: str, version: str, image: str) -> None:
         with self._lock:

@@ -3,7 +3,7 @@
     with running_simulator(bmcs=8, task_seconds=0, seed=1) as sim:   # a started SimulatorServer
         sim.bmc_url("bmc-0001"); sim.sim.stats.as_json()
 
-    proc = SimulatorProcess(bmcs=8, task_seconds=0).start()           # python -m firmware.simulator
+    proc = SimulatorProcess(bmcs=8, task_seconds=0).start()           # python -m fleet.bmcsim
     proc.control.configure(faults=[...]); proc.kill(); proc.start()   # restart on the same port, fresh state
 """
 
@@ -61,6 +61,12 @@ class SimulatorControl:
     def stats(self, bmc: str | None = None) -> dict:
         return self.request("GET", f"stats?bmc={bmc}" if bmc else "stats")
 
+    def counters(self, bmc: str | None = None) -> dict:
+        return self.request("GET", f"counters?bmc={bmc}" if bmc else "counters")
+
+    def reboot(self, bmc_id: str, seconds: float, mode: str = "") -> None:
+        self.request("POST", f"bmcs/{bmc_id}/reboot", {"seconds": seconds, "mode": mode})
+
     def reset_stats(self) -> None:
         self.request("POST", "stats/reset")
 
@@ -69,15 +75,15 @@ class SimulatorControl:
 
 
 class SimulatorProcess:
-    """``python -m firmware.simulator`` as a child process. ``start()`` waits for the URL line; after the first
+    """``python -m fleet.bmcsim`` as a child process. ``start()`` waits for the URL line; after the first
     start the port is kept, so ``kill()`` then ``start()`` is a BMC fleet that crashed and came back empty-handed
     (state is in memory only)."""
 
     def __init__(self, *, port: int = 0, bmcs: int = 8, profile: str = "hgx-h100", task_seconds: float = 0.0,
-                 seed: int = 0, extra_args: tuple[str, ...] = ()) -> None:
+                 seed: int = 0, extra_args: tuple[str, ...] = (), plugins: tuple[str, ...] = ()) -> None:
         self.port = port
         self.args = ["--bmcs", str(bmcs), "--profile", profile, "--task-seconds", str(task_seconds),
-                     "--seed", str(seed), *extra_args]
+                     "--seed", str(seed), *extra_args, *(a for p in plugins for a in ("--plugin", p))]
         self.proc: subprocess.Popen | None = None
         self.url = ""
 
@@ -92,7 +98,7 @@ class SimulatorProcess:
         root = Path(__file__).resolve().parents[2]
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))}
         self.proc = subprocess.Popen(  # noqa: S603 - our own interpreter and module
-            [sys.executable, "-m", "firmware.simulator", "--port", str(self.port), *self.args],
+            [sys.executable, "-m", "fleet.bmcsim", "--port", str(self.port), *self.args],
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env, cwd=root)
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline().strip()

@@ -4,7 +4,8 @@
 import datetime as dt
 import uuid
 
-from .state import Bmc, Component, Task, pending_json
+from .records import Component, Task
+from .state import Bmc, pending_json
 
 R = "/redfish/v1"
 UPDATE_SERVICE = f"{R}/UpdateService"
@@ -46,6 +47,7 @@ def system(bmc: Bmc, system_id: str) -> dict:
         "Name": "System", "SystemType": "Physical", "Manufacturer": bmc.profile.manufacturer,
         "Model": bmc.profile.model, "PowerState": bmc.power[system_id],
         "BiosVersion": bios.version if bios else None, "Status": {"State": "Enabled", "Health": "OK"},
+        "LastResetTime": _iso(bmc.last_reset + bmc.wall_offset),
         "Links": {"Chassis": [link(f"{R}/Chassis/{c}") for c in bmc.profile.chassis],
                   "ManagedBy": [link(f"{R}/Managers/{bmc.profile.managers[0]}")]},
         "Actions": {"#ComputerSystem.Reset": _reset_action(f"{odata_id}/Actions/ComputerSystem.Reset",
@@ -73,6 +75,7 @@ def manager(bmc: Bmc, manager_id: str) -> dict:
     return {
         "@odata.id": odata_id, "@odata.type": "#Manager.v1_17_0.Manager", "Id": manager_id, "Name": "Manager",
         "ManagerType": "BMC", "FirmwareVersion": firmware, "Status": {"State": "Enabled", "Health": "OK"},
+        "LastResetTime": _iso(bmc.last_reset + bmc.wall_offset),
         "Actions": {"#Manager.Reset": _reset_action(f"{odata_id}/Actions/Manager.Reset",
                                                     ["GracefulRestart", "ForceRestart"])},
     }

@@ -12,10 +12,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from . import control, redfish
 from .messages import RedfishError, error_body
+from .plugins import load_plugins
 from .state import Simulator
 
 logger = logging.getLogger(__name__)
 _REASONS = {s.value: s.phrase for s in HTTPStatus}
+MUTATING = ("POST", "PATCH", "PUT", "DELETE")
 
 
 class _HTTPServer(ThreadingHTTPServer):
@@ -85,16 +87,28 @@ class _Handler(BaseHTTPRequestHandler):
             raise RedfishError(404, "Base.1.13.0.ResourceNotFound", "Resource", path)
         parts = parts[2:]
         config = sim.config
+        mutating = method in MUTATING
+        key = f"{method} /{sub}"
+        if mutating:
+            sim.stats.count_received(bmc.id, key)
         if sim.clock() < bmc.unreachable_until:
-            if config.unreachable == "503":
-                raise RedfishError(503, "Base.1.13.0.ServiceTemporarilyUnavailable", config.retry_after_seconds)
-            self.close_connection = True  # a rebooting BMC: the client sees the connection drop
+            self._rebooting(sim, bmc, path)
             return
         rule = None
         if config.faults:
             with bmc.lock:
                 rule = sim.request_fault(bmc, method, "/" + sub)
-        if rule is not None and (rule.kind == "http_error" or rule.when == "before"):
+        if rule is not None and rule.kind == "late":
+            # The client times out; the BMC gets to the request afterwards and does it.
+            self._hang(rule.seconds)
+            if not self.server.stopping.is_set() and redfish.authorized(sim, bmc, method, parts, self.headers):
+                self._process(sim, bmc, method, parts, body, key, mutating)
+            return
+        if rule is not None and rule.kind == "slow":
+            self.server.stopping.wait(rule.seconds)
+            rule = None
+        if rule is not None and rule.kind in ("http_error", "timeout") and (
+                rule.kind == "http_error" or rule.when == "before"):
             if rule.kind == "http_error":
                 self._send(rule.status, error_body("Base.1.13.0.ServiceTemporarilyUnavailable",
                                                    config.retry_after_seconds),
@@ -105,13 +119,49 @@ class _Handler(BaseHTTPRequestHandler):
         if not redfish.authorized(sim, bmc, method, parts, self.headers):
             self._send(401, error_body("Base.1.13.0.NoValidSession"), {"WWW-Authenticate": 'Basic realm="BMC"'})
             return
-        with bmc.lock:
-            status, data, headers = redfish.dispatch(sim, bmc, method, parts, body,
-                                                     self.headers.get("Content-Type", ""))
-        if rule is not None:  # a timeout after processing: the work is done, the answer is lost
+        status, data, headers = self._process(sim, bmc, method, parts, body, key, mutating)
+        if rule is not None and rule.kind == "timeout":  # a timeout after processing: the answer is lost
             self._hang(rule.seconds)
             return
         self._send(status, data, headers)
+        if rule is not None and rule.kind == "reboot":
+            with bmc.lock:
+                sim.reboot_window(bmc, rule.seconds)
+
+    def _process(self, sim: Simulator, bmc, method: str, parts: tuple[str, ...], body: bytes, key: str,
+                 mutating: bool) -> tuple[int, object, dict[str, str]]:
+        content_type = self.headers.get("Content-Type", "")
+        try:
+            with bmc.lock:
+                now = sim.clock()
+                for plugin in sim.plugins:
+                    plugin.tick(sim, bmc, now)
+                answer = None
+                if sim.plugins:
+                    parsed = redfish.json_body(body) if body and "json" in content_type else {}
+                    for plugin in sim.plugins:
+                        answer = plugin.route(sim, bmc, method, parts, parsed, body)
+                        if answer is not None:
+                            break
+                if answer is None:
+                    answer = redfish.dispatch(sim, bmc, method, parts, body, content_type)
+        finally:
+            if mutating:
+                sim.stats.count_processed(bmc.id, key)
+        return answer
+
+    def _rebooting(self, sim: Simulator, bmc, path: str) -> None:
+        """Inside a reboot window: nothing is processed; the answer depends on the mode."""
+        config = sim.config
+        mode = bmc.reboot_mode or ("503" if config.unreachable == "503" else config.reboot_mode)
+        if mode == "mixed":
+            mode = ("refused", "503", "404")[bmc.requests % 3]
+            bmc.requests += 1
+        if mode == "503":
+            raise RedfishError(503, "Base.1.13.0.ServiceTemporarilyUnavailable", config.retry_after_seconds)
+        if mode == "404":
+            raise RedfishError(404, "Base.1.13.0.ResourceNotFound", "Resource", path)
+        self.close_connection = True  # refused: the connection drops, nothing answered
 
     def _hang(self, seconds: float) -> None:
         self.server.stopping.wait(seconds)
@@ -134,8 +184,9 @@ class SimulatorServer:
     configuration keys (config.SimConfig). ``.sim`` is the Simulator, for direct inspection in tests."""
 
     def __init__(self, *, host: str = "127.0.0.1", port: int = 0, bmcs: int = 0, profile: str = "hgx-h100",
-                 prefix: str = "bmc-", versions: dict[str, str] | None = None, clock=None, **config: object) -> None:
-        self.sim = Simulator(clock=clock, **config)
+                 prefix: str = "bmc-", versions: dict[str, str] | None = None, clock=None,
+                 plugins: list[str] | tuple[str, ...] = (), **config: object) -> None:
+        self.sim = Simulator(clock=clock, plugins=load_plugins(plugins), **config)
         if bmcs:
             self.sim.create_bmcs(count=bmcs, profile=profile, prefix=prefix, versions=versions)
         self._address = (host, port)

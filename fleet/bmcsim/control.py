@@ -3,8 +3,10 @@
 import json
 from urllib.parse import parse_qs
 
+from .config import REBOOT_MODES
 from .profiles import PROFILES
-from .state import ManualClock, Simulator
+from .records import ManualClock
+from .state import Simulator
 
 INDEX = {
     "GET /_sim/config": "the configuration",
@@ -15,6 +17,9 @@ INDEX = {
     "DELETE /_sim/bmcs/<id>": "remove a BMC",
     "GET /_sim/stats[?bmc=<id>]": "request, update-request (per bmc/component/version), task, reset, fault counts",
     "POST /_sim/stats/reset": "zero the statistics",
+    "GET /_sim/counters[?bmc=<id>]": "mutating requests received and processed, per BMC and 'METHOD /path'",
+    "POST /_sim/counters/reset": "zero the counters",
+    "POST /_sim/bmcs/<id>/reboot": "{seconds, mode}: a reboot window (refused, 503, 404, mixed)",
     "POST /_sim/reset": "forget every BMC and the statistics (the configuration stays)",
     "GET /_sim/profiles": "platform profiles and their components",
     "POST /_sim/clock/advance": "{seconds}: move a manual clock on (a simulator started with a ManualClock)",
@@ -53,6 +58,19 @@ def _route(sim: Simulator, base_url: str, method: str, parts: tuple[str, ...], q
             return 204, None
         case "GET", ("stats",):
             return 200, sim.stats.as_json(query.get("bmc", [None])[0])
+        case "GET", ("counters",):
+            return 200, sim.stats.counters_json(query.get("bmc", [None])[0])
+        case "POST", ("counters", "reset"):
+            sim.stats.clear_counters()
+            return 204, None
+        case "POST", ("bmcs", bmc_id, "reboot") if sim.bmc(bmc_id):
+            bmc = sim.bmc(bmc_id)
+            mode = str(data.get("mode", ""))
+            if mode and mode not in REBOOT_MODES:
+                raise ValueError(f"mode must be one of {REBOOT_MODES}")
+            with bmc.lock:
+                sim.reboot_window(bmc, float(data.get("seconds", 5)), mode)
+            return 204, None
         case "POST", ("stats", "reset"):
             sim.stats.clear()
             return 204, None

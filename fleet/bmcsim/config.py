@@ -4,6 +4,8 @@ from dataclasses import asdict, dataclass, field, fields, replace
 
 from .faults import FaultRule, parse_rules
 
+REBOOT_MODES = ("refused", "503", "404", "mixed")
+
 
 @dataclass(frozen=True)
 class SimConfig:
@@ -19,6 +21,8 @@ class SimConfig:
     images: dict[str, str] = field(default_factory=dict)  # ImageURI or file name -> the version it carries
     max_tasks_per_bmc: int = 1000  # finished tasks beyond this are forgotten (oldest first)
     faults: tuple[FaultRule, ...] = ()
+    reboot_mode: str = "refused"  # inside a reboot window opened by a fault or on demand: refused, 503, 404, mixed
+    purge_tasks_after: float = 0.0  # finished tasks vanish from TaskService after this many seconds (0 = never)
 
     def task_seconds_for(self, bmc_class: str) -> float:
         return float(self.task_seconds_by_class.get(bmc_class, self.task_seconds))
@@ -46,6 +50,8 @@ class SimConfig:
         config = replace(self, **values)
         if config.unreachable not in ("drop", "503"):
             raise ValueError("unreachable must be 'drop' or '503'")
+        if config.reboot_mode not in REBOOT_MODES:
+            raise ValueError(f"reboot_mode must be one of {REBOOT_MODES}")
         return config
 
     def as_json(self) -> dict:

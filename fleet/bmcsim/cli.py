@@ -1,4 +1,4 @@
-"""Command line of the simulator, shared by ``python -m firmware.simulator`` and ``manage.py bmc_simulator``."""
+"""Command line of the simulator, shared by ``python -m fleet.bmcsim`` and ``manage.py bmc_simulator``."""
 
 import argparse
 import json
@@ -7,8 +7,8 @@ import sys
 import threading
 
 from .profiles import PROFILES
+from .records import ManualClock
 from .server import SimulatorServer
-from .state import ManualClock
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -23,6 +23,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--username", default="", help="require these credentials (default: accept any)")
     parser.add_argument("--password", default="")
     parser.add_argument("--config", help="a JSON file of further configuration keys (faults, images, ...)")
+    parser.add_argument("--plugin", action="append", default=[], dest="plugins",
+                        help="a module defining PLUGIN (fleet.bmcsim.Plugin); repeatable")
     parser.add_argument("--manual-clock", action="store_true",
                         help="time stands still until POST /_sim/clock/advance")
 
@@ -36,7 +38,8 @@ def build(options: dict) -> SimulatorServer:
                "seed": options["seed"], "username": options["username"], "password": options["password"]}
     return SimulatorServer(host=options["host"], port=options["port"], bmcs=options["bmcs"],
                            profile=options["profile"], prefix=options["prefix"],
-                           clock=ManualClock() if options.get("manual_clock") else None, **config)
+                           clock=ManualClock() if options.get("manual_clock") else None,
+                           plugins=options.get("plugins") or (), **config)
 
 
 def run(options: dict, out=sys.stdout) -> None:
@@ -58,6 +61,6 @@ def run(options: dict, out=sys.stdout) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m firmware.simulator", description="Redfish BMC simulator")
+    parser = argparse.ArgumentParser(prog="python -m fleet.bmcsim", description="Redfish BMC simulator")
     add_arguments(parser)
     run(vars(parser.parse_args(argv)))

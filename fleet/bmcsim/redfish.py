@@ -178,6 +178,11 @@ def _task(bmc: Bmc, task_id: str):
     return task
 
 
+def json_body(body: bytes) -> dict:
+    """A request's JSON object (a Redfish 400 MalformedJSON otherwise)."""
+    return _json(body)
+
+
 def _json(body: bytes) -> dict:
     if not body:
         return {}
