@@ -122,21 +122,22 @@ class BmcClient:
         return self.session.request(method, path, body, headers=headers, files=files)
 
     def get(self, path: str) -> dict[str, Any]:
-        """A 404 is DEFINITE (firmware) unless the BMC is inside its boot grace (INFRA: it is rebooting)."""
+        """A 404 is INFRA: every resource firmware reads was listed by its collection or is one Redfish requires,
+        so a 404 is a BMC rebooting or restarting its Redfish service, never the firmware's fault."""
         response = self._request("GET", path)
         if response.status >= 400:
-            kind = ErrorKind.INFRA if response.status == 404 and self.session.in_boot_grace else ErrorKind.DEFINITE
+            kind = ErrorKind.INFRA if response.status == 404 else ErrorKind.DEFINITE
             raise BmcError(f"GET {path}: HTTP {response.status} {error_text(response)}", kind=kind,
                            status=response.status)
         return response.body
 
-    def _members(self, path: str) -> list[str]:
+    def members(self, path: str) -> list[str]:
         return [m["@odata.id"] for m in self.get(path).get("Members", []) if "@odata.id" in m]
 
     # --- inventory --------------------------------------------------------------------------------------------
     def inventory_ids(self) -> list[str]:
         """Ids of the FirmwareInventory members (last segment of their ``@odata.id``)."""
-        return [uri.rstrip("/").rsplit("/", 1)[-1] for uri in self._members(INVENTORY)]
+        return [uri.rstrip("/").rsplit("/", 1)[-1] for uri in self.members(INVENTORY)]
 
     def inventory(self, ids: list[str]) -> list[dict[str, Any]]:
         """The SoftwareInventory documents of ``ids``."""
@@ -193,7 +194,7 @@ class BmcClient:
 
     def tasks(self) -> list[dict[str, Any]]:
         """Every task the BMC keeps (for reconciling an update whose reply was lost)."""
-        return [self.get(strip_prefix(self.url, uri)) for uri in self._members(f"{ROOT}/TaskService/Tasks")]
+        return [self.get(strip_prefix(self.url, uri)) for uri in self.members(f"{ROOT}/TaskService/Tasks")]
 
     def find_update_task(self, *, image_uri: str, targets: list[str]) -> TaskInfo | None:
         """The task an earlier update of ``targets`` with ``image_uri`` created, if the BMC has it."""
@@ -236,7 +237,7 @@ class BmcClient:
             chosen = direct  # the items name their managers: no collection read
         else:
             if collection not in self._collections:
-                self._collections[collection] = self._members(f"{ROOT}/{collection}")
+                self._collections[collection] = self.members(f"{ROOT}/{collection}")
             members = self._collections[collection]
             if not members:
                 raise BmcError(f"no {collection} to reset", error_class=ErrorClass.FIRMWARE)

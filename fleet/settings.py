@@ -256,3 +256,16 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
 }
+
+# --- issue8: the shared execution layer and the rollout engine's fault handling ---
+# A request whose answer was lost is never sent again before the BMC has had this long to act on it (longer than
+# its worst processing time); then the BMC is asked what it did (fleet/execution.py settle; docs/firmware.md).
+FLEET_BMC_SETTLE_SECONDS = float(os.environ.get("FLEET_BMC_SETTLE_SECONDS", "60"))
+FLEET_BMC_SETTLE_SECONDS_BY_CLASS = {k.strip(): float(v) for k, _, v in (
+    item.rpartition("=") for item in env_list("FLEET_BMC_SETTLE_SECONDS_BY_CLASS")) if k.strip()}
+# After a reset the engine sent, 404s and refused connections from that BMC are infrastructure (it is booting).
+FLEET_BMC_BOOT_GRACE_SECONDS = float(os.environ.get("FLEET_BMC_BOOT_GRACE_SECONDS", "300"))
+# Internal errors of a step (not the BMC): retried with backoff this many times, then the target is inconclusive.
+FLEET_ROLLOUT_INTERNAL_ATTEMPTS = int(os.environ.get("FLEET_ROLLOUT_INTERNAL_ATTEMPTS", "5"))
+# An update task the BMC aborted (it rebooted under it) is sent again at most this many times in all.
+FLEET_ROLLOUT_ABORTED_ATTEMPTS = int(os.environ.get("FLEET_ROLLOUT_ABORTED_ATTEMPTS", "3"))

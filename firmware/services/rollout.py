@@ -37,7 +37,7 @@ from firmware.models import (
 )
 from firmware.models.rollout import TARGET_CANCELLABLE
 from firmware.services.plan import Plan, Strategy, plan_preview, selector_filter, strategy_parse
-from fleet import bulk
+from fleet import bulk, dispatch
 from fleet.audit import Actor, SystemActor, audit_write
 from fleet.models import AuditAction
 from fleet.roles import APPROVER, has_role
@@ -399,17 +399,9 @@ def infra_failures(rollout: Rollout) -> int:
 
 
 def _kick() -> None:
-    """Run a tick as soon as the transaction commits (no wait for beat)."""
-    def send() -> None:
-        from firmware.tasks import rollout_tick_task
-
-        try:
-            rollout_tick_task.delay()
-        except Exception:  # noqa: BLE001, S110 - no broker: beat's next tick does the same
-            pass
-
+    """Run a tick as soon as the transaction commits (no wait for beat; no broker: beat's next tick does it)."""
     if not getattr(settings, "CELERY_TASK_ALWAYS_EAGER", False):
-        transaction.on_commit(send)
+        dispatch.send_on_commit("firmware.tasks.rollout_tick_task")
 
 
 # --- the demo ---------------------------------------------------------------------------------------------------

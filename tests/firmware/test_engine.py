@@ -12,6 +12,7 @@ from firmware.models import ErrorClass, RolloutState, RolloutTarget, TargetState
 from firmware.models.rollout import TARGET_PAST_NO_RETURN
 from firmware.services import engine
 from firmware.services import rollout as svc
+from fleet import dispatch
 from fleet import redfish as fleet_redfish
 from fleet.bmcsim.testing import running_simulator
 from tests.firmware import rollout_fleet
@@ -27,8 +28,14 @@ def drive(monkeypatch, settings):
     settings.CELERY_TASK_ALWAYS_EAGER = True  # services do not publish a tick: this driver ticks
     settings.FLEET_BMC_TIMEOUT = 2
     settings.FLEET_ROLLOUT_LEASE_SECONDS = 2
+    settings.FLEET_BMC_SETTLE_SECONDS = 3  # the simulator answers (or forgets) within a second
     queue: list = []
-    monkeypatch.setattr(engine, "send_steps", lambda chunks: queue.extend(chunks))
+    def send(name, *args, **kwargs):  # every task goes through the dispatch seam: keep the step chunks
+        if name == "firmware.tasks.rollout_steps_task":
+            queue.append(args[0])
+        return True
+
+    monkeypatch.setattr(dispatch, "send", send)
     fleet_redfish.sessions_clear()
 
     def run(rollout, until, timeout: float = 40, each_step=lambda: None):
