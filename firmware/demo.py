@@ -24,7 +24,7 @@ from firmware.services.catalog import (
     window_create,
 )
 from firmware.services.compliance import compliance_recompute
-from firmware.services.rollout import rollout_demo_create
+from firmware.services.rollout_demo import rollout_demo_create
 from fleet.audit import Actor
 from inventory import services as inventory_services
 from inventory.models import FirmwareComponent as C

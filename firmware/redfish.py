@@ -171,6 +171,7 @@ class BmcClient:
             if stage:
                 body["Stage"] = True
             response = self._request("POST", f"{UPDATE_SERVICE}/Actions/UpdateService.SimpleUpdate", body)
+        not_up(response, "update")
         if response.status not in (200, 202, 204):
             raise BmcError(f"update refused: HTTP {response.status} {error_text(response)}",
                            error_class=ErrorClass.FIRMWARE, status=response.status,
@@ -220,7 +221,8 @@ class BmcClient:
         """Activate staged images of ``targets`` (UpdateService.Activate; StartUpdate where Activate is absent)."""
         body = {"Targets": [f"{INVENTORY}/{t}" for t in targets]}
         response = self._request("POST", f"{UPDATE_SERVICE}/Actions/UpdateService.Activate", body)
-        if response.status in (400, 404, 405):
+        not_up(response, "activate")
+        if response.status in (400, 405):
             response = self._request("POST", f"{UPDATE_SERVICE}/Actions/UpdateService.StartUpdate", {})
         if response.status >= 400:
             raise BmcError(f"activate refused: HTTP {response.status} {error_text(response)}",
@@ -249,11 +251,19 @@ class BmcClient:
         for member in chosen:
             path = f"{strip_prefix(self.url, member)}/Actions/{action}"
             response = self._request("POST", path, {"ResetType": reset_type})
+            not_up(response, action)
             if response.status >= 400:
                 raise BmcError(f"{action} {reset_type} refused: HTTP {response.status} {error_text(response)}",
                                error_class=ErrorClass.FIRMWARE, status=response.status)
             status = int(response.status)
         return status
+
+
+def not_up(response: Any, what: str) -> None:
+    """A 404 on an action Redfish defines (SimpleUpdate, Activate, a Reset): the BMC's Redfish service is not
+    up (it is rebooting), so nothing was done: infrastructure, never the firmware's fault."""
+    if response.status == 404:
+        raise BmcError(f"{what}: HTTP 404 (the BMC's Redfish service is not up)", kind=ErrorKind.INFRA, status=404)
 
 
 def _json(response: Any) -> dict[str, Any]:

@@ -167,7 +167,8 @@ class DriftReportView(APIView):
     def get(self, request: Request) -> Response:
         data = {"computed_at": selectors.compliance_computed_at(), "counts": drift_selectors.drift_counts(),
                 "mixed_nvlink_domains": drift_selectors.mixed_nvlink_domains(),
-                "mixed_pools": drift_selectors.mixed_pools()}
+                "mixed_pools": drift_selectors.mixed_pools(),
+                "rollout_exceptions": drift_selectors.rollout_exceptions()}
         return Response(s.DriftReportSerializer(data).data)
 
 

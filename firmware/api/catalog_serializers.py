@@ -139,11 +139,22 @@ class MixedFindingSerializer(serializers.Serializer):
     tuples = TupleCountSerializer(many=True)
 
 
+class RolloutExceptionSerializer(serializers.Serializer):
+    rollout_id = serializers.IntegerField()
+    rollout__name = serializers.CharField()
+    server_id = serializers.IntegerField()
+    server__hostname = serializers.CharField()
+    error_class = serializers.CharField()
+    last_error = serializers.CharField()
+
+
 class DriftReportSerializer(serializers.Serializer):
     computed_at = serializers.DateTimeField(allow_null=True)
     counts = DriftCountSerializer(many=True)
     mixed_nvlink_domains = MixedFindingSerializer(many=True)
     mixed_pools = MixedFindingSerializer(many=True)
+    rollout_exceptions = RolloutExceptionSerializer(many=True, help_text="Servers left behind by rollouts "
+                                                    "completed with exceptions (infra-failed or inconclusive)")
 
 
 class RecomputeSerializer(serializers.Serializer):

@@ -21,6 +21,7 @@ class RolloutState(models.TextChoices):
     RUNNING = "running", "Running"
     PAUSED = "paused", "Paused"
     COMPLETED = "completed", "Completed"
+    COMPLETED_WITH_EXCEPTIONS = "completed_exc", "Completed with exceptions"
     ABORTED = "aborted", "Aborted"
     ROLLED_BACK = "rolled_back", "Rolled back"
 

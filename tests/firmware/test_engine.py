@@ -10,7 +10,7 @@ from django.utils import timezone
 from firmware import redfish
 from firmware.models import ErrorClass, RolloutState, RolloutTarget, TargetState, TargetStep, WaveState
 from firmware.models.rollout import TARGET_PAST_NO_RETURN
-from firmware.services import engine
+from firmware.services import engine, rollout_demo
 from firmware.services import rollout as svc
 from fleet import dispatch
 from fleet import redfish as fleet_redfish
@@ -260,9 +260,9 @@ def test_the_demo_rollout_progresses_against_the_simulator(users, drive, make_us
     get_user_model().objects.create_superuser("demo-admin", password="x")  # noqa: S106
     with running_simulator(bmcs=4, prefix="demo-", task_seconds=0, bmc_reset_seconds=0.1) as sim:
         rollout_fleet.build(servers=4)
-        rollout = svc.rollout_demo_create(simulator_url=sim.url, servers=4, soak_seconds=0)
+        rollout = rollout_demo.rollout_demo_create(simulator_url=sim.url, servers=4, soak_seconds=0)
         assert rollout.state == RolloutState.RUNNING and rollout.approved_by == users["approver"]
-        assert svc.rollout_demo_create(simulator_url=sim.url) == rollout  # idempotent
+        assert rollout_demo.rollout_demo_create(simulator_url=sim.url) == rollout  # idempotent
         rollout = drive(rollout, lambda r: r.state == RolloutState.COMPLETED or r.state == RolloutState.PAUSED,
                         timeout=90)
     assert rollout.state == RolloutState.COMPLETED, rollout.pause_reason

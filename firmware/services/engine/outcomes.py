@@ -12,7 +12,8 @@ from django.db.models import F
 from django.utils import timezone
 
 from firmware.models import ErrorClass, RolloutTarget, TargetState
-from firmware.services.rollout import release_check_demotion, release_record_outcomes, rollout_engine_pause
+from firmware.services.demotion import release_check_demotion, release_record_outcomes
+from firmware.services.rollout import rollout_engine_pause
 
 
 @dataclass

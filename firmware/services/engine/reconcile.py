@@ -92,8 +92,8 @@ def last_reset(client: BmcClient, kind: str) -> str:
 
 
 def reset_trace(client: BmcClient, step: TargetStep, kind: str) -> Found:
-    before = next((m[len(EVIDENCE):] for m in step.messages if isinstance(m, str) and m.startswith(EVIDENCE)),
-                  None)
+    before = next((m[len(EVIDENCE):] for m in reversed(step.messages)
+                   if isinstance(m, str) and m.startswith(EVIDENCE)), None)  # the reading before the last send
     if not before:
         return Found(Trace.UNKNOWN, "no LastResetTime read before the reset was sent")
     now = last_reset(client, kind)

@@ -10,9 +10,11 @@ from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from firmware.models import Rollout, RolloutState, RolloutWave, WaveState
+from firmware.models import Rollout, RolloutState, RolloutTarget, RolloutWave, TargetState, WaveState
+from firmware.models.rollout import TARGET_IN_FLIGHT
 from firmware.services import gates
 from firmware.services.engine.admission import admit
+from firmware.services.engine.canary import canary_reinforce
 from firmware.services.engine.dispatch import chunks_of, lease_due_targets, send_steps
 from firmware.services.engine.locks import TICK_LOCK, is_postgres
 from firmware.services.plan import strategy_parse
@@ -65,6 +67,16 @@ def _judge_wave(rollout: Rollout, now: dt.datetime) -> str:
     if wave.state not in (WaveState.RUNNING, WaveState.SOAKING):
         return ""
     is_canary = wave.index == 0 and strategy.canary
+    if is_canary:
+        moved, exhausted = canary_reinforce(wave)
+        if moved:
+            return f"{wave.name}: {moved} more target(s) for upgrade paths whose units failed on infrastructure"
+        if exhausted and not RolloutTarget.objects.filter(wave=wave, state__in=TARGET_IN_FLIGHT + (
+                TargetState.PENDING,)).exists():
+            reason = (f"{wave.name}: {len(exhausted)} upgrade path(s) untested: every unit failed on "
+                      "infrastructure and none is left to try")
+            rollout_engine_pause(rollout_id=rollout.pk, reason=reason)
+            return f"paused: {reason}"
     verdict = gates.wave_gate(wave=wave, strategy=strategy, now=now, is_canary=is_canary)
     if verdict.outcome == gates.WAIT:
         return ""
