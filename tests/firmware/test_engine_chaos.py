@@ -64,7 +64,7 @@ def test_kill_9_of_workers_holding_server_locks_on_200_servers(users, chaos_sett
             fleet, rollout = _start(sim, users, 200, strategy=STRATEGY)
 
             def kill_lock_holders(elapsed: float) -> None:
-                if len(kills) >= 24:
+                if len(kills) >= 21:
                     return
                 deadline = time.monotonic() + 0.3
                 while time.monotonic() < deadline:
@@ -151,7 +151,6 @@ def test_late_processing_task_purging_and_reboot_windows(users, chaos_settings):
             workers.stop()
         counters = chaos.assert_at_most_once(sim, [rollout])
         faults = counters["faults"]
-        print("CHAOS", list(RolloutTarget.objects.filter(rollout=rollout, state="failed").values_list("error_class", "last_error")), rollout.state, rollout.pause_reason, faults, sum(sum(c["processed"].values()) for c in counters["bmcs"].values()))
         assert faults.get("late", 0) >= 3 and faults.get("purged", 0) >= 1 and faults.get("reboot", 0) >= 1, faults
         late_updates = [b for b, c in counters["bmcs"].items() if c["received"].get(chaos.UPDATE, 0) >= 1]
         assert len(late_updates) == 60

@@ -8,7 +8,8 @@ request the BMC took late has landed by then). Evidence, first that applies:
   a targeted item busy with no task to show for it (UNKNOWN); else ABSENT;
 - Activate: no targeted item still has a Staged image (FOUND), else ABSENT;
 - reset: the LastResetTime of the system (the manager for a BMC reset) moved since it was read just before the
-  request (FOUND) or did not (ABSENT); no reading from before the request (UNKNOWN).
+  request (FOUND) or did not (ABSENT); no reading recorded (ABSENT: the reading is flushed before every send,
+  so the reset was never sent); a BMC that does not report LastResetTime (UNKNOWN).
 A BMC that cannot be read raises ``BmcError`` (infra): the caller comes back later, within its attempts.
 """
 
@@ -94,8 +95,10 @@ def last_reset(client: BmcClient, kind: str) -> str:
 def reset_trace(client: BmcClient, step: TargetStep, kind: str) -> Found:
     before = next((m[len(EVIDENCE):] for m in reversed(step.messages)
                    if isinstance(m, str) and m.startswith(EVIDENCE)), None)  # the reading before the last send
+    if before is None:  # the reading is written (flushed) before every send: none means never sent
+        return Found(Trace.ABSENT, "no LastResetTime was recorded, so the reset was never sent")
     if not before:
-        return Found(Trace.UNKNOWN, "no LastResetTime read before the reset was sent")
+        return Found(Trace.UNKNOWN, "the BMC did not report LastResetTime before the reset")
     now = last_reset(client, kind)
     if now and now != before:
         return Found(Trace.FOUND, f"LastResetTime {before} -> {now}")

@@ -168,7 +168,11 @@ def note(step: TargetStep, message: str) -> None:
     line = message if message == RESENT or message.startswith(reconcile.EVIDENCE) else \
         f"{timezone.now():%H:%M:%S} {message}"[:300]
     step.messages = [*step.messages, line][-20:]
-    TargetStep.objects.filter(pk=step.pk).update(messages=step.messages)
+    with transaction.atomic():
+        if is_postgres() and line.startswith(reconcile.EVIDENCE):  # evidence is flushed before the reset is sent
+            with connection.cursor() as cursor:
+                cursor.execute("SET LOCAL synchronous_commit TO on")
+        TargetStep.objects.filter(pk=step.pk).update(messages=step.messages)
 
 
 def mark_unanswered(step: TargetStep, exc: BmcError) -> None:
