@@ -18,10 +18,11 @@ import re
 
 from lxml import etree
 
+from fleet import safexml
 from inventory.identity import normalize_pci_bus_id, normalize_uuid
 from inventory.importers.base import RecordError, clean, parse_int
 from inventory.importers.nvsmi_csv import check_header, ignored_notice
-from inventory.importers.nvsmi_xml import HARDENED, LEAN, ROOT_TAG, refuse_dtd
+from inventory.importers.nvsmi_xml import ROOT_TAG
 from inventory.telemetry.sample import (
     COUNTER_MAX,
     MASK_MAX,
@@ -168,10 +169,10 @@ def _xml_sample(gpu: etree._Element, host: str | None, rejected: collections.Cou
 
 def parse_nvsmi_xml(content: bytes, *, host: str | None, filename: str) -> ParsedBatch:
     """One sample per ``<gpu>`` of ``nvidia-smi -q -x`` output; raise TelemetryParseError for a bad document."""
-    if refused := refuse_dtd(content, filename):
-        raise TelemetryParseError(refused.message, reason="unsafe_xml", line_no=refused.line)
     try:
-        root = etree.fromstring(content, etree.XMLParser(**HARDENED, **LEAN))
+        root = safexml.parse_xml(content)
+    except safexml.UnsafeXmlError as exc:
+        raise TelemetryParseError(exc.message, reason="unsafe_xml", line_no=exc.line) from None
     except etree.XMLSyntaxError as exc:
         raise TelemetryParseError(f"not well-formed XML: {exc.msg}", line_no=exc.lineno or None) from None
     if root.tag != ROOT_TAG:

@@ -322,9 +322,20 @@ INTERNAL_SUBSET = b"""<?xml version="1.0"?>
 <!DOCTYPE nvidia_smi_log SYSTEM "nvsmi_device_v12.dtd" [<!ELEMENT nvidia_smi_log ANY>]>
 <nvidia_smi_log/>
 """
+# A comment before the DOCTYPE holding something that looks like an element: the old check took the comment's
+# "<gpu>" for the first element and never looked at the DOCTYPE after it.
+COMMENT_FIRST = b"""<?xml version="1.0"?>
+<!-- <gpu> --><!DOCTYPE nvidia_smi_log [<!ENTITY x "expanded">]>
+<nvidia_smi_log><gpu id="00000000:01:00.0"><serial>&x;</serial></gpu></nvidia_smi_log>
+"""
+ATTLIST_ONLY = b"""<?xml version="1.0"?>
+<!DOCTYPE nvidia_smi_log [<!ATTLIST gpu id CDATA "00000000:01:00.0">]>
+<nvidia_smi_log><gpu><serial>1</serial></gpu></nvidia_smi_log>
+"""
 
 
-@pytest.mark.parametrize("content", [BILLION_LAUGHS, XXE, INTERNAL_SUBSET], ids=["billion-laughs", "xxe", "subset"])
+@pytest.mark.parametrize("content", [BILLION_LAUGHS, XXE, INTERNAL_SUBSET, COMMENT_FIRST, ATTLIST_ONLY],
+                         ids=["billion-laughs", "xxe", "subset", "comment-before-doctype", "attlist"])
 @pytest.mark.usefixtures("xml_path")
 def test_dtd_internal_subsets_and_entities_are_refused(content):
     result = parse(content, filename="evil.xml")
@@ -334,6 +345,19 @@ def test_dtd_internal_subsets_and_entities_are_refused(content):
     assert (error.file, error.line, error.field) == ("evil.xml", 2, "DOCTYPE")
     assert "refused" in error.message
     assert "root:" not in str(error)
+
+
+def test_the_second_layer_refuses_a_doctype_the_prolog_check_missed():
+    """Each layer of fleet.safexml on its own: a DOCTYPE the parser saw and the prolog check did not is refused."""
+    from lxml import etree
+
+    from fleet import safexml
+
+    root = etree.fromstring(COMMENT_FIRST, safexml.parser())
+    assert root.getroottree().docinfo.internalDTD is not None  # the parser did see it...
+    assert "expanded" not in etree.tostring(root).decode()  # ...and expanded nothing
+    with pytest.raises(safexml.UnsafeXmlError, match="did not see"):
+        safexml.check_tree(root, None)  # as if the first layer had been fooled
 
 
 @pytest.mark.usefixtures("xml_path")
