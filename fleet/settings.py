@@ -256,3 +256,10 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
 }
+
+# --- issue12a: the API contract (docs/api.md) ---
+# Every API list takes only the query parameters it knows (an unknown one is a 400 naming it); every error
+# is one of two JSON shapes; every operation's schema documents the error statuses it can answer.
+REST_FRAMEWORK["DEFAULT_FILTER_BACKENDS"] = ["fleet.filters.StrictFilterBackend"]
+REST_FRAMEWORK["EXCEPTION_HANDLER"] = "fleet.api_errors.exception_handler"
+REST_FRAMEWORK["DEFAULT_SCHEMA_CLASS"] = "fleet.api_errors.FleetAutoSchema"

@@ -18,6 +18,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from fleet.api import AuditedModelViewSet, FleetAutoSchema, NewestFirstCursorPagination, ReadOnlyViewSet
+from fleet.filters import reject_unknown_params
 from inventory.telemetry import selectors, services
 from inventory.telemetry.filters import XidEventFilter
 from inventory.telemetry.models import IngestKind, IngestSource, XidEvent
@@ -131,6 +132,7 @@ class _IngestView(APIView):
         return body
 
     def _ingest(self, request: Request, fmt: str) -> Response:
+        reject_unknown_params(request.query_params.keys(), ("format", "host", "source"))
         body = self._body(request)
         if isinstance(body, Response):
             return body
@@ -226,6 +228,7 @@ class HistoryView(APIView):
     @extend_schema(summary="History of one metric for a GPU, rack, row or site", parameters=[HistoryQuerySerializer],
                    responses={200: HistorySerializer})
     def get(self, request: Request) -> Response:
+        reject_unknown_params(request.query_params.keys(), {*HistoryQuerySerializer().fields, "format"})
         query = HistoryQuerySerializer(data=request.query_params)
         query.is_valid(raise_exception=True)
         q = query.validated_data
@@ -272,6 +275,7 @@ class HeatmapView(APIView):
     @extend_schema(summary="One value per GPU for the fleet heatmap (parallel arrays)",
                    parameters=[HeatmapQuerySerializer], responses={200: HeatmapSerializer})
     def get(self, request: Request) -> Response:
+        reject_unknown_params(request.query_params.keys(), {*HeatmapQuerySerializer().fields, "format"})
         query = HeatmapQuerySerializer(data=request.query_params)
         query.is_valid(raise_exception=True)
         return Response(selectors.heatmap_data(metric=query.validated_data["metric"],
@@ -301,6 +305,7 @@ class HeatmapFramesView(APIView):
     @extend_schema(summary="Heatmap playback: one frame per 5 minutes over the last hours",
                    parameters=[FramesQuerySerializer], responses={200: FramesSerializer})
     def get(self, request: Request) -> Response:
+        reject_unknown_params(request.query_params.keys(), {*FramesQuerySerializer().fields, "format"})
         query = FramesQuerySerializer(data=request.query_params)
         query.is_valid(raise_exception=True)
         q = query.validated_data
