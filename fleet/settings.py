@@ -269,3 +269,10 @@ FLEET_BMC_BOOT_GRACE_SECONDS = float(os.environ.get("FLEET_BMC_BOOT_GRACE_SECOND
 FLEET_ROLLOUT_INTERNAL_ATTEMPTS = int(os.environ.get("FLEET_ROLLOUT_INTERNAL_ATTEMPTS", "5"))
 # An update task the BMC aborted (it rebooted under it) is sent again at most this many times in all.
 FLEET_ROLLOUT_ABORTED_ATTEMPTS = int(os.environ.get("FLEET_ROLLOUT_ABORTED_ATTEMPTS", "3"))
+
+# --- issue12a: the API contract (docs/api.md) ---
+# Every API list takes only the query parameters it knows (an unknown one is a 400 naming it); every error
+# is one of two JSON shapes; every operation's schema documents the error statuses it can answer.
+REST_FRAMEWORK["DEFAULT_FILTER_BACKENDS"] = ["fleet.filters.StrictFilterBackend"]
+REST_FRAMEWORK["EXCEPTION_HANDLER"] = "fleet.api_errors.exception_handler"
+REST_FRAMEWORK["DEFAULT_SCHEMA_CLASS"] = "fleet.api_errors.FleetAutoSchema"

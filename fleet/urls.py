@@ -17,3 +17,7 @@ urlpatterns = [
     path("", include("procurement.urls")),
     path("", include("decommission.urls")),
 ]
+
+# Under /api/, Django's own 404 and 500 (a URL no route matches, such as a non-numeric id) answer JSON.
+handler404 = "fleet.api_errors.not_found"
+handler500 = "fleet.api_errors.server_error"

@@ -60,7 +60,7 @@ class BundleItemSerializer(serializers.ModelSerializer):
 class BundleSerializer(serializers.ModelSerializer):
     releases = serializers.PrimaryKeyRelatedField(queryset=Release.objects.all(), many=True, write_only=True)
     items = BundleItemSerializer(many=True, read_only=True)
-    created_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    created_by = serializers.SlugRelatedField(slug_field="username", read_only=True, allow_null=True)
 
     class Meta:
         model = Bundle
@@ -70,12 +70,16 @@ class BundleSerializer(serializers.ModelSerializer):
 
 
 class BaselineSerializer(serializers.ModelSerializer):
-    approved_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    approved_by = serializers.SlugRelatedField(slug_field="username", read_only=True, allow_null=True,
+                                               help_text="Null while proposed")
+    created_by = serializers.SlugRelatedField(slug_field="username", read_only=True, allow_null=True,
+                                              help_text="Who proposed it (cannot approve it); null: the system")
 
     class Meta:
         model = Baseline
-        fields = ["id", "bundle", "platform", "pool", "valid_from", "valid_to", "approved_by", "created_at"]
-        read_only_fields = ["platform", "approved_by", "created_at"]
+        fields = ["id", "bundle", "platform", "pool", "valid_from", "valid_to", "approved_by", "created_by",
+                  "created_at"]
+        read_only_fields = ["platform", "approved_by", "created_by", "created_at"]
         extra_kwargs = {"valid_from": {"required": False}}
         validators: list = []
 

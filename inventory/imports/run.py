@@ -55,6 +55,7 @@ class ImportResult:
     servers_created: list[str] = field(default_factory=list)
     models_created: list[str] = field(default_factory=list)
     errors: list[ImportError_] = field(default_factory=list)
+    notices: list[ImportError_] = field(default_factory=list)  # harmless things read past (new CSV columns)
     rows: list[dict[str, Any]] = field(default_factory=list)
     applied: bool = False
     fmt: str = ""
@@ -63,7 +64,8 @@ class ImportResult:
         """JSON-ready (``ImportRun.summary``, API responses)."""
         return {"created": self.created, "updated": self.updated, "moved": self.moved, "unchanged": self.unchanged,
                 "servers_created": self.servers_created, "models_created": self.models_created,
-                "errors": [e.as_dict() for e in self.errors], "rows": self.rows, "applied": self.applied,
+                "errors": [e.as_dict() for e in self.errors], "notices": [n.as_dict() for n in self.notices],
+                "rows": self.rows, "applied": self.applied,
                 "format": self.fmt}
 
 

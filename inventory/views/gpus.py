@@ -14,6 +14,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from fleet import selectors as fleet_selectors
+from fleet.filters import strict_html_filter
 from fleet.http import streaming_csv_response, url_prefix
 from fleet.models import Job
 from fleet.pagination import keyset_page
@@ -46,7 +47,9 @@ def _list_url(filter_query: str) -> str:
 @viewer_required
 def gpu_list(request: HtmxHttpRequest) -> HttpResponse:
     filterset = gpu_filter(request.GET)
-    # An invalid filter (unknown site, bad rack id) shows nothing rather than silently showing everything.
+    # An invalid filter (unknown site, bad rack id) or an unknown parameter (?serial= on an old link) shows
+    # nothing rather than silently showing everything.
+    known = strict_html_filter(filterset, request.GET)
     queryset = filterset.qs if filterset.is_valid() else Gpu.objects.none()
     page = keyset_page(selectors.gpu_table_rows(queryset=queryset), after=request.GET.get("after"),
                        size=settings.FLEET_PAGE_SIZE,
@@ -64,13 +67,16 @@ def gpu_list(request: HtmxHttpRequest) -> HttpResponse:
         "bulk_form": BulkTransitionForm(initial={"filter": filter_query}) if has_role(request.user, OPERATOR) else None,
         "links": {name: url_prefix(f"{name}-detail") for name in ("gpu", "server", "site", "rack")},
     }
-    return render_page(request, "inventory/gpu_list.html", "gpu-table", context)
+    return render_page(request, "inventory/gpu_list.html", "gpu-table", context, status=200 if known else 400)
 
 
 @viewer_required
 def gpu_export(request: HtmxHttpRequest) -> StreamingHttpResponse:
     """The GPUs of the current filter as CSV (the importer's own column format), streamed row by row."""
     filterset = GpuFilter(request.GET, queryset=selectors.gpu_list())
+    if not strict_html_filter(filterset, request.GET):
+        return HttpResponse("\n".join(f"{name}: {' '.join(errors)}" for name, errors in filterset.errors.items()),
+                            status=400, content_type="text/plain; charset=utf-8")
     queryset = filterset.qs if filterset.is_valid() else Gpu.objects.none()
     return streaming_csv_response(gpu_csv_rows(queryset), name="fleet-gpus")
 

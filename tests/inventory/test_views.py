@@ -525,3 +525,17 @@ def test_import_nvidia_smi_xml_with_a_server_hostname(client, as_role):
     assert "ws-01" in page and page.count('<span class="badge state-in_service">create</span>') == 2
     client.post(reverse("import-preview", args=[run.pk]))
     assert Gpu.objects.filter(server__hostname="ws-01").count() == 2
+
+
+@pytest.mark.django_db
+def test_import_preview_shows_ignored_columns_of_newer_drivers_as_a_notice(client, as_role, fleet):
+    as_role("operator")
+    content = (b"name, serial, uuid, pci.bus_id, gsp.mode.current, kmd_version, bbx.time_run\n"
+               b"NVIDIA B200, 1653024000099, GPU-3f9a2c1e-8b4d-4e7a-9c21-6d5f0a8b7e99, 00000000:18:00.0, Enabled, "
+               b"610.12, 77\n")
+    response = _upload(client, content, name="b200.csv", fmt="auto")
+    run = ImportRun.objects.get()
+    page = client.get(response["Location"]).content.decode()
+
+    assert not run.summary["errors"] and run.summary["created"] == 1
+    assert 'id="import-notices"' in page and "gsp.mode.current" in page and "Confirm import" in page

@@ -40,11 +40,12 @@ class IngestResult:
     lines: int = 0
     unknown_examples: list[str] = field(default_factory=list)
     duration_ms: int = 0
+    notices: list[str] = field(default_factory=list)  # harmless things read past (new CSV columns)
 
     def summary(self) -> dict[str, Any]:
         """What the API, the command and the source page show."""
         return {"samples": self.samples, "unknown": self.unknown, "rejected": dict(sorted(self.rejected.items())),
-                "xid_events": self.xid_events, "unknown_examples": self.unknown_examples}
+                "xid_events": self.xid_events, "unknown_examples": self.unknown_examples, "notices": self.notices}
 
 
 INT4_MAX = 2**31 - 1
@@ -147,7 +148,7 @@ class IngestItem(NamedTuple):
 def _map(batch: ParsedBatch, *, source: IngestSource | None, now: dt.datetime,
          oldest: dt.datetime) -> tuple[IngestResult, list[tuple], list[int | None]]:
     """A parsed body's rows for the store (and its XID lines' gpu ids), its counts in an IngestResult."""
-    result = IngestResult(lines=batch.lines, rejected=collections.Counter(batch.rejected))
+    result = IngestResult(lines=batch.lines, rejected=collections.Counter(batch.rejected), notices=list(batch.notices))
     rows = sample_rows(batch.samples, map_identities(batch.samples), now=now, oldest=oldest, result=result,
                        source_id=source.pk if source is not None else None)
     return result, rows, map_identities(batch.xids) if batch.xids else []
