@@ -19,6 +19,7 @@ $(VENV)/.installed: pyproject.toml
 
 setup: $(VENV)/.installed
 	$(PY) manage.py migrate --no-input
+	$(PY) manage.py createcachetable
 	$(PY) manage.py bootstrap --demo-gpus $(DEMO_GPUS)
 
 run: setup

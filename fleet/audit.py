@@ -21,6 +21,7 @@ from django.db.models.fields.files import FieldFile
 from django.utils import timezone
 
 from fleet.models import AuditAction, AuditEvent, AuditSource
+from fleet.request_context import current_request_id
 
 
 @dataclass(frozen=True)
@@ -124,6 +125,7 @@ def audit_event(
         object_repr=str(obj)[:200],
         changes=changes or {},
         message=message[:500],
+        request_id=current_request_id(),
         **actor_fields(actor),
     )
 
@@ -185,6 +187,22 @@ def audited_delete(*, obj: models.Model, actor: Actor | None) -> None:
     event = audit_event(actor=actor, action=AuditAction.DELETE, obj=obj, changes=diff(snapshot(obj), {}))
     obj.delete()
     event.save()
+
+
+def audit_account_event(*, username: str, action: str, message: str, actor: Actor | None = None) -> AuditEvent:
+    """Audit something that happened to a user account (a lockout, a token revoked), whether or not an
+    account of that name exists: an unknown name is recorded on the user model with an empty object id."""
+    from django.contrib.auth import get_user_model
+
+    user_model = get_user_model()
+    user = user_model._default_manager.filter(**{user_model.USERNAME_FIELD: username}).first()
+    event = AuditEvent(
+        at=timezone.now(), source=current_source(), action=action,
+        content_type=ContentType.objects.get_for_model(user_model),
+        object_id=str(user.pk) if user is not None else "", object_repr=username[:200],
+        message=message[:500], request_id=current_request_id(), **actor_fields(actor))
+    event.save()
+    return event
 
 
 def audit_prune(*, older_than_days: int) -> int:

@@ -15,11 +15,12 @@ from django.contrib.auth.views import redirect_to_login
 from django.contrib.contenttypes.models import ContentType
 from django.core.exceptions import PermissionDenied
 from django.db.models import Model, QuerySet
-from django.http import HttpRequest, HttpResponse, QueryDict
+from django.http import HttpRequest, HttpResponse, JsonResponse, QueryDict
 from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.cache import patch_vary_headers
+from django.utils.html import format_html
 from django_htmx.http import HttpResponseClientRedirect
 from django_htmx.middleware import HtmxDetails
 
@@ -190,3 +191,15 @@ def job_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     """Progress of a background job; the progress partial polls itself every second until the job ends."""
     job = get_object_or_404(Job.objects.select_related("created_by"), pk=pk)
     return render_page(request, "fleet/job_detail.html", "job-progress", {"job": job, "errors": job.errors[:100]})
+
+
+def server_error(request: HttpRequest) -> HttpResponse:
+    """The 500 page (``handler500``): JSON under ``/api/``, a bare page elsewhere (no template, no
+    database: they may be what failed), both naming the request id the logs carry."""
+    request_id = getattr(request, "request_id", "") or ""
+    if request.path.startswith("/api/"):
+        return JsonResponse({"detail": "Server error.", "request_id": request_id}, status=500)
+    return HttpResponse(
+        format_html("<!doctype html><title>Server error</title><h1>Server error</h1>"
+                    "<p>Something went wrong on Fleet's side; it has been logged.</p>"
+                    "<p>Request id <code>{}</code></p>", request_id), status=500)
