@@ -248,8 +248,8 @@ def main() -> None:
 
     port = free_port()
     env["PORT"] = str(port)
-    procs = [subprocess.Popen([str(ROOT / ".venv/bin/gunicorn"),  # noqa: S603 "fleet.wsgi", "--config", "fleet/gunicorn_conf.py"],
-                              cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    web = [str(ROOT / ".venv/bin/gunicorn"), "fleet.wsgi", "--config", "fleet/gunicorn_conf.py"]  # the Procfile's
+    procs = [subprocess.Popen(web, cwd=ROOT,  # noqa: S603 env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                               start_new_session=True)]
     if not args.no_background:  # as the Procfile runs them
         procs.extend(subprocess.Popen([str(ROOT / ".venv/bin/celery"), "-A", "fleet", *cmd], cwd=ROOT,  # noqa: S603
