@@ -130,6 +130,32 @@ def audit_event(
     )
 
 
+# Column order of :func:`audit_rows_write`'s tuples.
+AUDIT_ROW_FIELDS = ("at", "actor_id", "actor_name", "source", "action", "content_type_id", "object_id", "object_repr",
+                    "changes", "message", "request_id")
+
+
+def audit_row_maker(*, actor: Actor | None, action: str, content_type: ContentType, message: str = "",
+                    at: dt.datetime | None = None) -> Any:
+    """``make(obj, changes)`` -> one audit row (a tuple in :data:`AUDIT_ROW_FIELDS` order) of many alike:
+    what :func:`audit_event` builds, without a model instance per row (a 5,000-GPU import's create events)."""
+    who = actor_fields(actor)
+    head = (at or timezone.now(), getattr(who["actor"], "pk", None), who["actor_name"], current_source(), action,
+            content_type.pk)
+    tail = (message[:500], current_request_id())
+
+    def make(obj: models.Model, changes: dict[str, Any]) -> tuple:
+        return (*head, str(obj.pk), str(obj)[:200], changes, *tail)
+
+    return make
+
+
+def audit_rows_write(rows: Iterable[tuple]) -> None:
+    from fleet import bulk
+
+    bulk.insert_values(AuditEvent, AUDIT_ROW_FIELDS, rows)
+
+
 def audit_write(**kwargs: Any) -> AuditEvent:
     event = audit_event(**kwargs)
     event.save()
