@@ -249,7 +249,8 @@ def main() -> None:
     port = free_port()
     env["PORT"] = str(port)
     web = [str(ROOT / ".venv/bin/gunicorn"), "fleet.wsgi", "--config", "fleet/gunicorn_conf.py"]  # the Procfile's
-    procs = [subprocess.Popen(web, cwd=ROOT,  # noqa: S603 env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    procs = [subprocess.Popen(web, cwd=ROOT, env=env, stdout=subprocess.DEVNULL,  # noqa: S603
+                              stderr=subprocess.DEVNULL,
                               start_new_session=True)]
     if not args.no_background:  # as the Procfile runs them
         procs.extend(subprocess.Popen([str(ROOT / ".venv/bin/celery"), "-A", "fleet", *cmd], cwd=ROOT,  # noqa: S603
