@@ -201,6 +201,29 @@ def fixtures_collect(port: int, token: str) -> dict:
     return {"serials": serials, "ids": ids, "serial_param": "serial" if exact else "q"}
 
 
+def tree_cpu_seconds(root: int) -> float:
+    """CPU seconds (user + system) used so far by ``root`` and its descendants that are alive (the web
+    server's workers): per request, a figure the other load on the machine moves much less than latency."""
+    children: dict[int, list[int]] = {}
+    stats: dict[int, list[str]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        stats[int(entry.name)] = fields
+        children.setdefault(int(fields[1]), []).append(int(entry.name))
+    total, todo = 0.0, [root]
+    while todo:
+        pid = todo.pop()
+        if pid in stats:
+            total += (int(stats[pid][11]) + int(stats[pid][12])) / os.sysconf("SC_CLK_TCK")
+        todo.extend(children.get(pid, []))
+    return total
+
+
 def percentile(values: list[float], pct: float) -> float:
     if not values:
         return 0.0
@@ -275,9 +298,11 @@ def main() -> None:
             pool.map(client_process, [(port, cookie, token, fixtures, n, warm, args.warmup, i) for i, n in enumerate(per)])
             say(f"warm-up {args.warmup:.0f} s done ({loadavg()})")
             start_at = time.time() + 1
+            cpu_before = tree_cpu_seconds(procs[0].pid)
             rows = [row for part in pool.map(client_process, [(port, cookie, token, fixtures, n, start_at,
                                                                args.seconds, 10 + i) for i, n in enumerate(per)])
                     for row in part]
+            server_cpu = tree_cpu_seconds(procs[0].pid) - cpu_before
     finally:
         for proc in procs:
             try:
@@ -303,8 +328,11 @@ def main() -> None:
     say(f"  all         {len(rows):6d} req  p50 {statistics.median(times):6.1f}  p95 {percentile(times, 95):6.1f}  "
         f"p99 {p99:6.1f} ms  [target <= {TARGETS['p99_ms']:.0f}: {'ok' if p99 <= TARGETS['p99_ms'] else 'MISSES'}]  "
         f"{len(rows) / args.seconds:.0f} req/s; errors {len(errors)} {statuses if errors else ''}")
+    cpu_ms = round(server_cpu * 1000 / max(len(rows), 1), 2)
+    say(f"  web server CPU per request: {cpu_ms} ms (gunicorn workers; PostgreSQL's share not included)")
     print(json.dumps({"requests": len(rows), "errors": len(errors), "p99_ms": p99,
                       "p95_ms": round(percentile(times, 95), 1), "rps": round(len(rows) / args.seconds),
+                      "server_cpu_ms_per_request": cpu_ms,
                       "gunicorn": config, "load": [round(x, 1) for x in os.getloadavg()]}), flush=True)
 
 
