@@ -45,6 +45,16 @@ def pytest_configure(config):
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 
+@pytest.fixture(autouse=True)
+def _cache_namespace(settings):
+    """A fresh cache key prefix per test: sign-in throttle counters (kept in Redis across runs and processes)
+    never carry from one test, or one run, to the next."""
+    import uuid
+
+    default = settings.CACHES["default"]
+    settings.CACHES = {**settings.CACHES, "default": {**default, "KEY_PREFIX": f"t{uuid.uuid4().hex[:12]}"}}
+
+
 @pytest.fixture
 def api(users):
     """``api(role)``: a DRF test client authenticated with that role's token; ``api(None)`` is anonymous."""

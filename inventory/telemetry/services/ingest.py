@@ -16,6 +16,7 @@ from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from fleet.audit import Actor
+from fleet.metrics import telemetry_observe
 from inventory.telemetry.models import IngestSource, XidEvent, XidSource, xid_is_hardware
 from inventory.telemetry.sample import GpuSample, ParsedBatch, TelemetryParseError, XidLine
 from inventory.telemetry.services.identities import identity_cache_clear, identity_text, map_identities
@@ -238,6 +239,9 @@ def _record_all(items: Sequence[IngestItem | tuple], outcomes: list[IngestResult
         duration_ms = int((spent[index] + write_s) * 1000) + (fetch_ms[index] if fetch_ms else 0)
         if isinstance(outcome, IngestResult):
             outcome.duration_ms = duration_ms
+            telemetry_observe(samples=outcome.samples, unknown=outcome.unknown, rejected=outcome.rejected)
+        else:
+            telemetry_observe(rejected={f"body_{getattr(outcome, 'reason', 'error')}": 1})
         if item[0] is not None:
             records.append(SourceRecord(item[0], outcome, duration_ms))
     sources_record(records=records, now=now)
