@@ -7,7 +7,8 @@ Scenarios (rates per GPU-year):
 - ``steady``: 3 %, independent failures (the Poisson textbook case).
 - ``bursts``: 3 % on average, but each site's monthly rate is multiplied by a gamma frailty (CV 0.8):
   clustered failures as in Titan, Summit and Delta.
-- ``bad_batch``: 3 %, and from month 30 one batch (a fifth of the fleet) fails at ten times the rate for a year.
+- ``bad_batch``: 3 %, and from month ``bad_from`` (30) one batch (a fifth of the fleet) fails at ten times the rate
+  for ``bad_months`` (a year).
 - ``wear_out``: Weibull hazard with shape 3 and scale 7 years on cohorts installed over two years.
 - ``quiet``: 0.5 %.
 """
@@ -37,6 +38,7 @@ class Rows:
     removed: np.ndarray  # -1 when still in the fleet
     batch: np.ndarray  # index into batches
     cause: np.ndarray  # index into CAUSES, -1 none
+    slot: np.ndarray  # the slot (position in the fleet) the board served in
     sites: list[str]
     models: list[str]
     batches: list[str]
@@ -56,7 +58,8 @@ class Rows:
 
 
 def generate(scenario: str = "steady", *, gpus: int = 10_000, sites: int = 4, models: tuple[str, ...] = ("H100",),
-             start: dt.date = dt.date(2015, 1, 1), months: int = 60, seed: int = 1) -> Rows:
+             start: dt.date = dt.date(2015, 1, 1), months: int = 60, seed: int = 1, bad_from: int = 30,
+             bad_months: int = 12) -> Rows:
     if scenario not in SCENARIOS:
         raise ValueError(f"unknown scenario {scenario!r}; scenarios are {', '.join(SCENARIOS)}")
     rng = np.random.default_rng(seed)
@@ -68,7 +71,7 @@ def generate(scenario: str = "steady", *, gpus: int = 10_000, sites: int = 4, mo
     cur_start = day0 + rng.integers(0, install_span, gpus)
     cur_batch = np.minimum((cur_start - day0) * n_batches // install_span, n_batches - 1)
     bad = 1  # the batch that goes bad
-    out: dict[str, list[np.ndarray]] = {k: [] for k in ("site", "model", "start", "failed", "batch")}
+    out: dict[str, list[np.ndarray]] = {k: [] for k in ("site", "model", "start", "failed", "batch", "slot")}
     month_len = 30.4375
     for m in range(months):
         t0 = day0 + m * month_len
@@ -83,14 +86,14 @@ def generate(scenario: str = "steady", *, gpus: int = 10_000, sites: int = 4, mo
             if scenario == "bursts":
                 frailty = rng.gamma(1 / 0.64, 0.64, sites)
                 rate = rate * frailty[slot_site]
-            if scenario == "bad_batch" and 30 <= m < 42:
+            if scenario == "bad_batch" and bad_from <= m < bad_from + bad_months:
                 rate = np.where(cur_batch == bad, rate * 10, rate)
             p = 1 - np.exp(-rate * month_len / YEAR)
         fail = active & (rng.random(gpus) < p)
         fail_day = np.maximum(np.floor(t0 + rng.random(gpus) * month_len), cur_start).astype(np.int64)
         idx = np.flatnonzero(fail)
         for key, values in (("site", slot_site[idx]), ("model", slot_model[idx]), ("start", cur_start[idx]),
-                            ("failed", fail_day[idx]), ("batch", cur_batch[idx])):
+                            ("failed", fail_day[idx]), ("batch", cur_batch[idx]), ("slot", idx)):
             out[key].append(values)
         cur_start = cur_start.copy()
         cur_start[idx] = fail_day[idx]
@@ -101,11 +104,12 @@ def generate(scenario: str = "steady", *, gpus: int = 10_000, sites: int = 4, mo
     out["start"].append(cur_start)
     out["failed"].append(np.full(gpus, -1))
     out["batch"].append(cur_batch)
+    out["slot"].append(np.arange(gpus))
     cat = {k: np.concatenate(v).astype(np.int64) for k, v in out.items()}
     failed = cat["failed"]
     cause = np.where(failed >= 0, rng.choice(len(CAUSES), len(failed), p=CAUSE_P), -1)
     removed = np.where(failed >= 0, failed + rng.integers(3, 20, len(failed)), -1)
-    return Rows(cat["site"], cat["model"], cat["start"], failed, removed, cat["batch"], cause,
+    return Rows(cat["site"], cat["model"], cat["start"], failed, removed, cat["batch"], cause, cat["slot"],
                 [f"site{i + 1}" for i in range(sites)], list(models),
                 [f"B{i + 1}" for i in range(n_batches)] + ["R"])
 

@@ -79,13 +79,14 @@ def order_approve_refusal(order: PurchaseOrder) -> str | None:
 
 @transaction.atomic
 def order_approve(*, order: PurchaseOrder, actor: Actor) -> PurchaseOrder:
-    order = PurchaseOrder.objects.select_for_update().get(pk=order.pk)
-    refusal = order_approve_refusal(order)
+    locked = PurchaseOrder.objects.select_for_update().get(pk=order.pk)
+    refusal = order_approve_refusal(locked)
     if refusal:
         raise ValidationError({"status": refusal})
-    audited_update(obj=order, actor=actor, status=OrderStatus.APPROVED,
+    audited_update(obj=locked, actor=actor, status=OrderStatus.APPROVED,
                    approved_by=actor if getattr(actor, "is_authenticated", False) else None)
-    return order
+    order.status, order.approved_by_id = locked.status, locked.approved_by_id
+    return locked
 
 
 def received_counts(order: PurchaseOrder) -> dict[int, int]:
@@ -177,7 +178,8 @@ def delivery_receive(*, order_line: OrderLine, site: Site, received_on: dt.date,
                      source: str = "serials", note: str = "", actor: Actor) -> Delivery:
     """Receive a delivery against one order line: every row valid, or nothing is written (ValidationError with
     the row errors). GPUs (or servers) are created in ``received`` with warranty from the line's terms."""
-    PurchaseOrder.objects.select_for_update().get(pk=order_line.order_id)  # one receipt per order at a time
+    # One receipt per order at a time, checked against the order as it is now (not a caller's stale copy).
+    order_line.order = PurchaseOrder.objects.select_for_update().get(pk=order_line.order_id)
     if received_on < order_line.order.ordered_on:
         raise ValidationError({"received_on": "The delivery date is before the order date."})
     preview = receipt_preview(order_line=order_line, rows=rows)

@@ -12,28 +12,9 @@ from fleet.views import HtmxHttpRequest, operator_required, viewer_required
 from inventory.models import Gpu
 from procurement import selectors
 from procurement.forms import RmaCloseForm, RmaOpenForm, RmaReplaceForm, RmaShipForm
-from procurement.models import EvidenceKind, RmaCase, RmaStatus
+from procurement.models import RmaCase, RmaStatus
 from procurement.services import rma as services
-
-# Health flag kind -> the failure's cause class (procurement reads telemetry's flags through its selectors).
-FLAG_CAUSE = {"row_remap_failure": "hbm", "sram_threshold": "gpu", "rma_xid": "gpu", "thermal_outlier": "thermal",
-              "error_rate": "gpu"}
-
-
-def _flag_evidence(gpu: Gpu) -> dict[str, object]:
-    """Initial values from the GPU's open health flags, so nothing is typed twice."""
-    try:
-        from inventory.telemetry.health_selectors import gpu_open_flags
-    except ImportError:  # telemetry not installed
-        return {}
-    flags = gpu_open_flags(gpu_id=gpu.pk)
-    if not flags:
-        return {}
-    first = flags[0]
-    evidence = first["flag"].evidence or {}
-    xid = evidence.get("xid") if isinstance(evidence, dict) else None
-    return {"cause": FLAG_CAUSE.get(first["flag"].kind, "other"), "evidence_kind": EvidenceKind.HEALTH_FLAG,
-            "evidence": "; ".join(str(f["text"]) for f in flags)[:500], "xid": xid if isinstance(xid, int) else None}
+from procurement.services.sync import flag_evidence
 
 
 @viewer_required
@@ -52,7 +33,7 @@ def rma_list(request: HtmxHttpRequest) -> HttpResponse:
 @operator_required
 def rma_new(request: HtmxHttpRequest, gpu_id: int) -> HttpResponse:
     gpu = get_object_or_404(Gpu.objects.select_related("model"), pk=gpu_id)
-    form = RmaOpenForm(request.POST or None, initial=_flag_evidence(gpu))
+    form = RmaOpenForm(request.POST or None, initial=flag_evidence(gpu.pk))
     refusal = services.rma_open_refusal(gpu)
     if request.method == "POST" and form.is_valid() and not refusal:
         try:
