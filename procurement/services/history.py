@@ -18,12 +18,13 @@ import io
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db import transaction
+from django.contrib.contenttypes.models import ContentType
+from django.db import models, transaction
 from django.utils import timezone
 
 from fleet import bulk
-from fleet.audit import Actor, actor_fields, audit_event, audit_write, audit_write_many
-from fleet.models import AuditAction
+from fleet.audit import Actor, actor_fields, audit_event, audit_write
+from fleet.models import AuditAction, AuditEvent
 from inventory.models import Gpu, GpuModel, GpuState, GpuStateChange, Site
 from procurement.models import Cause, EvidenceKind, Failure, GpuAsset
 
@@ -174,40 +175,63 @@ def history_import(*, text: str, create_missing: bool = False, actor: Actor) -> 
     return result
 
 
+def _columns(model: type[models.Model], now: dt.datetime) -> tuple[list[str], dict[str, Any]]:
+    """Every concrete column of ``model`` (primary key first) and its default, for COPY from plain tuples:
+    model instances cost two thirds of a 20,000-row import's time."""
+    names, defaults = [], {}
+    for f in model._meta.concrete_fields:
+        names.append(f.attname)
+        if getattr(f, "auto_now", False) or getattr(f, "auto_now_add", False):
+            defaults[f.attname] = now
+        elif not f.primary_key:
+            defaults[f.attname] = f.get_default()
+    return names, defaults
+
+
+def _copy(model: type[models.Model], rows: list[dict[str, Any]], now: dt.datetime) -> None:
+    names, defaults = _columns(model, now)
+    bulk.insert_values(model, names, ([row.get(n, defaults.get(n)) for n in names] for row in rows))
+
+
 def _write(rows: list[_Row], models: dict[str, GpuModel], sites: dict[str, Site], actor: Actor,
            result: HistoryResult) -> None:
     now = timezone.now()
     name = actor_fields(actor)["actor_name"]
-    gpus = []
-    for r in rows:
+    ids = bulk.reserve_ids(Gpu, len(rows))
+    gpus, changes, assets, failures, events = [], [], [], [], []
+    template = audit_event(actor=actor, action=AuditAction.IMPORT, obj=GpuModel(pk=0), at=now,
+                           content_type=ContentType.objects.get_for_model(Gpu))
+    event_defaults = {f.attname: getattr(template, f.attname) for f in AuditEvent._meta.concrete_fields
+                      if not f.primary_key}
+    for r, pk in zip(rows, ids, strict=True):
         state = GpuState.DISPOSED if r.removed else GpuState.RMA if r.failed else GpuState.IN_SERVICE
         last = r.removed or r.failed or r.start
-        gpus.append(Gpu(serial=r.serial, serial_raw=r.serial, model=models[r.model], state=state,
-                        state_changed_at=_tz(last), created_at=now, updated_at=now))
-    bulk.insert(Gpu, gpus, need_pk=True)
-    changes: list[tuple[Any, ...]] = []
-    assets, failures, events = [], [], []
-    for r, gpu in zip(rows, gpus, strict=True):
-        reason = "imported history"
-        changes.append((gpu.pk, "", GpuState.IN_SERVICE, name, reason, _tz(r.start)))
+        model_id, site_id = models[r.model].pk, sites[r.site].pk
+        gpus.append({"id": pk, "serial": r.serial, "serial_raw": r.serial, "model_id": model_id, "state": state,
+                     "state_changed_at": _tz(last)})
+        changes.append((pk, "", GpuState.IN_SERVICE, name, "imported history", _tz(r.start)))
         prev = GpuState.IN_SERVICE
         if r.failed:
-            changes.append((gpu.pk, prev, GpuState.RMA, name, f"failed: {r.cause} (imported history)", _tz(r.failed)))
+            changes.append((pk, prev, GpuState.RMA, name, f"failed: {r.cause} (imported history)", _tz(r.failed)))
             prev = GpuState.RMA
-            failures.append(Failure(gpu_id=gpu.pk, model=models[r.model], site=sites[r.site], batch=r.batch,
-                                    failed_on=r.failed, cause=r.cause, evidence_kind=EvidenceKind.IMPORT,
-                                    evidence="imported history", recorded_at=now))
+            failures.append({"gpu_id": pk, "model_id": model_id, "site_id": site_id, "batch": r.batch,
+                             "failed_on": r.failed, "cause": r.cause, "evidence_kind": EvidenceKind.IMPORT,
+                             "evidence": "imported history"})
         if r.removed:
-            changes.append((gpu.pk, prev, GpuState.DISPOSED, name, "removed from the fleet (imported history)",
+            changes.append((pk, prev, GpuState.DISPOSED, name, "removed from the fleet (imported history)",
                             _tz(r.removed)))
-        assets.append(GpuAsset(gpu_id=gpu.pk, model=models[r.model], site=sites[r.site], batch=r.batch,
-                               in_service_on=r.start, removed_on=r.removed))
-        events.append(audit_event(actor=actor, action=AuditAction.IMPORT, obj=gpu, at=now,
-                                  changes={"serial": [None, r.serial], "state": [None, gpu.state]},
-                                  message=f"import_history line {r.line}"))
+        assets.append({"gpu_id": pk, "model_id": model_id, "site_id": site_id, "batch": r.batch,
+                       "in_service_on": r.start, "removed_on": r.removed})
+        events.append(event_defaults | {"object_id": str(pk), "object_repr": r.serial,
+                                        "changes": {"serial": [None, r.serial], "state": [None, state]},
+                                        "message": f"import_history line {r.line}"})
+    _copy(Gpu, gpus, now)
     bulk.insert_values(GpuStateChange, ("gpu_id", "from_state", "to_state", "actor_name", "reason", "at"), changes)
-    bulk.insert(GpuAsset, assets)
-    bulk.insert(Failure, failures)
-    audit_write_many(events)
+    _copy(GpuAsset, [a | {"id": i} for a, i in zip(assets, bulk.reserve_ids(GpuAsset, len(assets)), strict=True)],
+          now)
+    _copy(Failure, [f | {"id": i} for f, i in zip(failures, bulk.reserve_ids(Failure, len(failures)), strict=True)],
+          now)
+    _copy(AuditEvent, [e | {"id": i} for e, i in zip(events, bulk.reserve_ids(AuditEvent, len(events)),
+                                                     strict=True)], now)
     result.created = len(rows)
     result.failures = len(failures)
