@@ -107,13 +107,14 @@ def cell_stats(h: History, *, as_of: float, lead_days: float, method: Method = A
     edges = as_of - MONTH * np.arange(b, -1, -1, dtype=float)
     weights = 0.5 ** ((b - 1 - np.arange(b)) / method.half_life) if math.isfinite(method.half_life) else np.ones(b)
 
-    live = h.start < as_of
+    # Boards in service before as_of and not gone before the window: the others add no exposure.
+    live = (h.start < as_of) & (h.end > edges[0])
     start, end, cell, batch = h.start[live], np.minimum(h.end[live], as_of), h.cell[live], h.batch[live] + 1
     lo = np.maximum(start[:, None], edges[None, :-1])
     hi = np.minimum(end[:, None], edges[None, 1:])
     expo = np.clip(hi - lo, 0, None) / YEAR  # (gpus, buckets)
-    exposure = np.zeros((n_cells, b))
-    np.add.at(exposure, cell, expo)
+    exposure = np.bincount((cell[:, None] * b + np.arange(b)[None, :]).ravel(), weights=expo.ravel(),
+                           minlength=n_cells * b).reshape(n_cells, b)
     mids = (edges[:-1] + edges[1:]) / 2
     strata_gb = batch[:, None] * N_BANDS + _band(mids[None, :] - start[:, None])
     flat = (cell[:, None] * n_strata + strata_gb).ravel()
@@ -129,8 +130,7 @@ def cell_stats(h: History, *, as_of: float, lead_days: float, method: Method = A
     fday, fcell = h.fail_day[fm], h.fail_cell[fm]
     pos = (fday - edges[0]) / MONTH
     bucket = np.minimum(pos.astype(int), b - 1)
-    counts = np.zeros((n_cells, b))
-    np.add.at(counts, (fcell, bucket), 1)
+    counts = np.bincount(fcell * b + bucket, minlength=n_cells * b).reshape(n_cells, b).astype(float)
     fstrat = (h.fail_batch[fm] + 1) * N_BANDS + _band(fday - h.fail_start[fm])
     strat_fail = np.bincount(fcell * n_strata + fstrat, weights=weights[bucket],
                              minlength=n_cells * n_strata).reshape(n_cells, n_strata)

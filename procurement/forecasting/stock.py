@@ -8,6 +8,7 @@ lead-time demand ``D``, the demand not met is the loss function ``E[(D - S)+]``,
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -31,9 +32,7 @@ class Demand:
         return self.var > self.mean * (1 + 1e-9) and self.mean > 0
 
     def dist(self):  # type: ignore[no-untyped-def]  # a frozen scipy distribution
-        if self.overdispersed:
-            return stats.nbinom(self.mean ** 2 / (self.var - self.mean), self.mean / self.var)
-        return stats.poisson(max(self.mean, 0.0))
+        return _dist(self.mean, self.var if self.overdispersed else None)
 
     def quantile(self, q: float) -> int:
         return int(self.dist().ppf(q)) if self.mean > 0 else 0
@@ -72,6 +71,14 @@ class Demand:
     def stock_for_service_level(self, target: float) -> int:
         """The smallest stock with ``P(D <= S) >= target``."""
         return self.quantile(target)
+
+
+@functools.lru_cache(maxsize=256)
+def _dist(mean: float, var: float | None):  # type: ignore[no-untyped-def]
+    """Frozen distributions are costly to build (scipy formats their docstrings): one per (mean, variance)."""
+    if var is not None:
+        return stats.nbinom(mean ** 2 / (var - mean), mean / var)
+    return stats.poisson(max(mean, 0.0))
 
 
 def poisson_loss_closed_form(mean: float, stock: int) -> float:

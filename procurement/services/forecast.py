@@ -45,23 +45,30 @@ def target_fill_rate() -> float:
 
 
 _GPUS_SQL = """
-SELECT a.site_id, a.model_id, a.batch, a.in_service_on - DATE '1970-01-01',
-       LEAST(CASE WHEN a.removed_on < %(t)s THEN a.removed_on END,
-             (SELECT MIN(f.failed_on) FROM procurement_failure f WHERE f.gpu_id = a.gpu_id AND f.failed_on < %(t)s))
-       - DATE '1970-01-01'
+SELECT COALESCE(a.site_id, 0), a.model_id, a.batch, a.in_service_on - DATE '1970-01-01',
+       COALESCE(LEAST(CASE WHEN a.removed_on < %(t)s THEN a.removed_on END, f.first_failed) - DATE '1970-01-01', -1)
 FROM procurement_gpuasset a
+LEFT JOIN (SELECT gpu_id, MIN(failed_on) AS first_failed FROM procurement_failure WHERE failed_on < %(t)s
+           GROUP BY gpu_id) f ON f.gpu_id = a.gpu_id
 WHERE a.in_service_on < %(t)s {scope}
 """
 _FAILURES_SQL = """
-SELECT COALESCE(f.site_id, a.site_id), f.model_id, f.batch, f.failed_on - DATE '1970-01-01',
+SELECT COALESCE(f.site_id, a.site_id, 0), f.model_id, f.batch, f.failed_on - DATE '1970-01-01',
        COALESCE(a.in_service_on, f.failed_on) - DATE '1970-01-01'
 FROM procurement_failure f LEFT JOIN procurement_gpuasset a ON a.gpu_id = f.gpu_id
 WHERE f.failed_on < %(t)s {scope}
 """
 
 
+def _columns(rows: list[tuple[Any, ...]], n: int) -> list[np.ndarray]:
+    if not rows:
+        return [np.empty(0, dtype=object) for _ in range(n)]
+    return [np.asarray(col) for col in zip(*rows, strict=True)]
+
+
 def history_load(*, as_of: dt.date, model_ids: list[int] | None = None) -> History:
-    """The engine's arrays from the rows before ``as_of`` only (cells are (site id, model id))."""
+    """The engine's arrays from the rows before ``as_of`` only (cells are (site id, model id); a removal or
+    failure on or after ``as_of`` reads as "still in service")."""
     params: dict[str, Any] = {"t": as_of}
     scope_g = scope_f = ""
     if model_ids:
@@ -72,25 +79,20 @@ def history_load(*, as_of: dt.date, model_ids: list[int] | None = None) -> Histo
         gpus = cur.fetchall()
         cur.execute(_FAILURES_SQL.format(scope=scope_f), params)
         fails = cur.fetchall()
-    cells: dict[tuple[Any, Any], int] = {}
-    batches: dict[str, int] = {"": -1}
-
-    def cell(site: Any, model: Any) -> int:
-        return cells.setdefault((site, model), len(cells))
-
-    def batch(name: str) -> int:
-        return batches.setdefault(name or "", len(batches) - 1)
-
-    g_cell = np.fromiter((cell(r[0], r[1]) for r in gpus), dtype=np.int64, count=len(gpus))
-    g_batch = np.fromiter((batch(r[2]) for r in gpus), dtype=np.int64, count=len(gpus))
-    g_start = np.fromiter((r[3] for r in gpus), dtype=float, count=len(gpus))
-    g_end = np.fromiter((NEVER if r[4] is None else r[4] for r in gpus), dtype=float, count=len(gpus))
-    f_cell = np.fromiter((cell(r[0], r[1]) for r in fails), dtype=np.int64, count=len(fails))
-    f_batch = np.fromiter((batch(r[2]) for r in fails), dtype=np.int64, count=len(fails))
-    f_day = np.fromiter((r[3] for r in fails), dtype=float, count=len(fails))
-    f_start = np.fromiter((r[4] for r in fails), dtype=float, count=len(fails))
-    names = [b for b in batches if b]
-    return History(g_start, g_end, g_cell, g_batch, f_day, f_cell, f_batch, f_start, list(cells), names)
+    g_site, g_model, g_batch, g_start, g_end = _columns(gpus, 5)
+    f_site, f_model, f_batch, f_day, f_start = _columns(fails, 5)
+    n_g = len(gpus)
+    keys = np.concatenate([g_site.astype(np.int64) * 2 ** 32 + g_model.astype(np.int64),
+                           f_site.astype(np.int64) * 2 ** 32 + f_model.astype(np.int64)])
+    cell_keys, cell = np.unique(keys, return_inverse=True)
+    names, batch = np.unique(np.concatenate([g_batch.astype(str), f_batch.astype(str)]), return_inverse=True)
+    has_blank = len(names) and names[0] == ""
+    batch = batch - 1 if has_blank else batch  # "" (no batch) is -1
+    cells = [(int(k >> 32) or None, int(k & (2 ** 32 - 1))) for k in cell_keys]
+    end = g_end.astype(float)
+    end[end < 0] = NEVER
+    return History(g_start.astype(float), end, cell[:n_g], batch[:n_g], f_day.astype(float), cell[n_g:],
+                   batch[n_g:], f_start.astype(float), cells, [str(n) for n in (names[1:] if has_blank else names)])
 
 
 def spares_by_cell(*, as_of: dt.date) -> dict[tuple[Any, Any], int]:
