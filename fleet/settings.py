@@ -308,3 +308,12 @@ Path(os.environ["PROMETHEUS_MULTIPROC_DIR"]).mkdir(parents=True, exist_ok=True)
 LOG_FORMAT = os.environ.get("LOG_FORMAT", "text").strip().lower()
 LOGGING = logging_config(fmt=LOG_FORMAT, level=os.environ.get("LOG_LEVEL", "INFO"))
 CELERY_WORKER_HIJACK_ROOT_LOGGER = LOG_FORMAT != "json"  # json: the worker logs through LOGGING too
+
+# --- issue10: procurement (orders, RMA, spares forecasting) ---
+from procurement.schedule import BEAT_SCHEDULE as PROCUREMENT_BEAT_SCHEDULE  # noqa: E402
+
+CELERY_BEAT_SCHEDULE.update(PROCUREMENT_BEAT_SCHEDULE)
+# Purchase orders whose total is above this (in the order's currency) wait for an approver.
+PROCUREMENT_APPROVAL_THRESHOLD = int(os.environ.get("FLEET_PO_APPROVAL_THRESHOLD", "1000000"))
+# Default spares target: share of failures met from stock (type-2 service level); pools set their own.
+PROCUREMENT_TARGET_FILL_RATE = float(os.environ.get("FLEET_SPARES_FILL_RATE", "0.95"))

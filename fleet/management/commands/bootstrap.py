@@ -36,6 +36,7 @@ from inventory.demo import inventory_is_empty
 from inventory.models import Gpu
 from inventory.telemetry.demo import telemetry_demo_backfill
 from inventory.telemetry.health import health_evaluate
+from procurement.demo import procurement_demo_seed
 
 DEMO_ROLES = (VIEWER, OPERATOR, APPROVER)
 
@@ -125,6 +126,7 @@ class Command(BaseCommand):
         health = health_evaluate()  # the Health page is populated from the start; beat re-evaluates every 5 minutes
         flags = ", ".join(f"{n} {kind}" for kind, n in health["candidates"].items()) or "none"
         self.stdout.write(f"Health: {health['raised']} GPUs flagged ({flags})")
+        self.stdout.write(f"Procurement: {procurement_demo_seed(actor=SYSTEM)}")
         rollout = rollout_demo_create(simulator_url=settings.FLEET_DEMO_BMC_URL, actor=SYSTEM)
         if rollout is not None:
             self.stdout.write(f"Demo rollout '{rollout.name}' ({rollout.get_state_display()}) on the BMC simulator "
