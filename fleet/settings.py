@@ -256,3 +256,15 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
 }
+
+# --- issue11: decommission (secure wipe, certificates, custody; docs/decommission.md) ---
+DECOMMISSION_SIGNING_KEY_DIR = os.environ.get("DECOMMISSION_SIGNING_KEY_DIR", str(VAR_DIR / "decommission-keys"))
+DECOMMISSION_ORGANIZATION = os.environ.get("DECOMMISSION_ORGANIZATION", "Fleet datacenter operations")
+DECOMMISSION_LOCATION = os.environ.get("DECOMMISSION_LOCATION", "Datacenter decommission cage")
+DECOMMISSION_CONTACT = os.environ.get("DECOMMISSION_CONTACT", "dc-ops@example.com")
+DECOMMISSION_WEIGHT_TOLERANCE = os.environ.get("DECOMMISSION_WEIGHT_TOLERANCE", "0.01")  # of the outbound weight
+DECOMMISSION_AGENT_TOKEN_SECONDS = int(os.environ.get("DECOMMISSION_AGENT_TOKEN_SECONDS", "3600"))
+DECOMMISSION_LEASE_SECONDS = int(os.environ.get("DECOMMISSION_LEASE_SECONDS", "60"))
+DECOMMISSION_MAX_DEVICE_FAILURES = 3
+DECOMMISSION_CHUNK = int(os.environ.get("DECOMMISSION_CHUNK", "20"))  # assets per step task
+CELERY_BEAT_SCHEDULE["decommission-tick"] = {"task": "decommission.tasks.tick_task", "schedule": 10.0}
