@@ -68,3 +68,7 @@ def custody_for(*, request: DecommissionRequest) -> QuerySet[CustodyTransfer]:
 
 def policy_table() -> QuerySet[PolicyRule]:
     return PolicyRule.objects.order_by("category", "destination", "id")
+
+
+def events_for_all() -> QuerySet[EvidenceEvent]:
+    return EvidenceEvent.objects.defer("output").order_by("request_id", "seq", "id")

@@ -268,3 +268,5 @@ DECOMMISSION_LEASE_SECONDS = int(os.environ.get("DECOMMISSION_LEASE_SECONDS", "6
 DECOMMISSION_MAX_DEVICE_FAILURES = 3
 DECOMMISSION_CHUNK = int(os.environ.get("DECOMMISSION_CHUNK", "20"))  # assets per step task
 CELERY_BEAT_SCHEDULE["decommission-tick"] = {"task": "decommission.tasks.tick_task", "schedule": 10.0}
+DECOMMISSION_SETTLE_SECONDS = float(os.environ.get("DECOMMISSION_SETTLE_SECONDS", "30"))  # > a BMC's worst answer
+DECOMMISSION_POLL_SECONDS = float(os.environ.get("DECOMMISSION_POLL_SECONDS", "2"))

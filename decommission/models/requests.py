@@ -202,6 +202,7 @@ class Medium(models.Model):
     attempts = models.PositiveSmallIntegerField(default=0)
     device_failures = models.PositiveSmallIntegerField(default=0)
     task_uri = models.CharField(max_length=300, blank=True)
+    sent_at = models.DateTimeField(null=True, blank=True, help_text="When the step was recorded as about to send")
     detail = models.CharField(max_length=300, blank=True)
     done_at = models.DateTimeField(null=True, blank=True)
 

@@ -19,6 +19,7 @@ from decommission.services.workflow import (
     request_drain,
     request_escalate,
     request_hold,
+    request_inventory_start,
     request_record_destruction,
     request_release,
     request_release_hold,
@@ -29,6 +30,6 @@ from decommission.services.workflow import (
 __all__ = ["certificate_check", "chain_verify", "custody_record", "event_append", "processor_create",
            "public_keys_document", "request_approve", "request_cancel", "request_certify",
            "request_close", "request_create", "request_dispose", "request_downgrade", "request_drain",
-           "request_escalate", "request_hold", "request_record_destruction", "request_record_inventory",
+           "request_escalate", "request_hold", "request_inventory_start", "request_record_destruction", "request_record_inventory",
            "request_release", "request_release_hold", "request_start_sanitizing", "request_validate",
            "signing_key_current", "signing_key_rotate"]

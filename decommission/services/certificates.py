@@ -112,3 +112,13 @@ def certificate_require_valid(document: dict[str, Any]) -> None:
 
 def iso(value: dt.datetime | None) -> str:
     return value.astimezone(dt.UTC).isoformat() if value else ""
+
+
+def certificate_verify(*, document: dict[str, Any], stored_sha256: str, chain_ok: bool) -> list[str]:
+    """The verify button: the file's own checks, plus that it is the stored one and its request's chain holds."""
+    problems = certificate_check(document)
+    if body_sha256(document) != stored_sha256:
+        problems.append("the certificate differs from the one issued (hash mismatch)")
+    if not chain_ok:
+        problems.append("the request's evidence chain is broken")
+    return problems

@@ -43,6 +43,31 @@ def event_append(*, request: DecommissionRequest, step: str, result: str, actor:
     return event
 
 
+def events_append_many(*, request: DecommissionRequest, items: list[dict[str, Any]],
+                       actor: Actor | None) -> list[EvidenceEvent]:
+    """Append many events at once (one lock, one insert); each item holds ``event_append``'s keyword fields."""
+    DecommissionRequest.objects.select_for_update().filter(pk=request.pk).values_list("pk").get()
+    last = EvidenceEvent.objects.filter(request=request).order_by("-seq").values_list("seq", "hash").first()
+    seq, prev = (last[0], last[1]) if last else (0, GENESIS)
+    at = timezone.now().replace(microsecond=0)
+    name = actor_fields(actor)["actor_name"]
+    events = []
+    for item in items:
+        seq += 1
+        medium = item.get("medium")
+        output = item.get("output", "")
+        event = EvidenceEvent(
+            request=request, seq=seq, medium=medium, asset=item.get("asset") or (medium.asset if medium else None),
+            step=item["step"], tool=item.get("tool", ""), tool_version=item.get("tool_version", ""),
+            command=item.get("command", "")[:500], output=output, output_sha256=sha256_hex(output) if output else "",
+            result=item["result"], detail=item.get("detail") or {}, at=at, actor_name=name,
+            attempt=item.get("attempt", 0), prev_hash=prev, hash="")
+        event.hash = prev = event_hash(prev, event_body(event))
+        events.append(event)
+    EvidenceEvent.objects.bulk_create(events)
+    return events
+
+
 @dataclass
 class ChainCheck:
     ok: bool

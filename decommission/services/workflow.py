@@ -298,3 +298,13 @@ def request_dispose(*, request: DecommissionRequest, outcome: str, actor: Actor 
         gpus_to(request_gpus(request), GpuState.DISPOSED, actor, f"{request}: {outcome}")
     return request_move(request=request, action_name="dispose", actor=actor, detail={"outcome": outcome},
                         outcome=outcome)
+
+
+@transaction.atomic
+def request_inventory_start(*, request: DecommissionRequest, actor: Actor | None) -> DecommissionRequest:
+    """Ask the workers to read every server's media from its BMC (the request moves when all are recorded)."""
+    request = locked(request)
+    lifecycle.check("inventory", request.state)
+    event_append(request=request, step="inventory", result="requested", actor=actor)
+    send_on_commit("decommission.tasks.inventory_task", request.pk)
+    return request
