@@ -5,7 +5,7 @@ from __future__ import annotations
 from celery import shared_task
 from django.conf import settings
 
-from decommission.models import Asset, AssetState, RequestState
+from decommission.models import Asset, AssetState, DecommissionRequest, RequestState
 from fleet.audit import audit_source
 from fleet.dispatch import send
 from fleet.models import AuditSource
@@ -20,6 +20,10 @@ def tick_task() -> int:
     """Beat (every 10 s) and every start/resume: send enough run messages for the due assets."""
     due = Asset.objects.filter(state__in=(AssetState.SANITIZING,), request__state=RequestState.SANITIZING).count()
     runs = min(MAX_RUNS_PER_TICK, -(-due // settings.DECOMMISSION_CHUNK))
+    waiting = DecommissionRequest.objects.filter(state=RequestState.DRAINED, events__step="inventory",
+                                                 events__result="requested", media__isnull=True).distinct()
+    for request_id in waiting.values_list("pk", flat=True)[:20]:  # a lost inventory message is sent again
+        send("decommission.tasks.inventory_task", request_id)
     for _ in range(runs):
         send("decommission.tasks.run_task")
     return runs
