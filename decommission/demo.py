@@ -9,6 +9,7 @@ from decimal import Decimal
 
 from django.contrib.auth import get_user_model
 from django.db import transaction
+from django.utils import timezone
 
 from decommission import services
 from decommission.models import DecommissionRequest, MediaState, MediaType, Medium
@@ -64,7 +65,7 @@ def decommission_demo_seed(*, simulator_url: str, actor: Actor | None = None) ->
     services.custody_record(request=done, actor=operator, **outbound)
     services.request_dispose(request=done, outcome="resold", actor=operator)
     processor = services.processor_create(name="GreenCycle ITAD", certification="R2v3", certificate_id="R2V3-4411",
-                                          expires_on=dt.date.today() + dt.timedelta(days=300), actor=actor)
+                                          expires_on=timezone.localdate() + dt.timedelta(days=300), actor=actor)
     services.custody_record(request=done, actor=operator, kind="receipt", from_party="Acme Logistics",
                             to_party=processor.name, from_signed_by="J. Driver", to_signed_by="Receiving clerk",
                             seal_ids=["SEAL-0001", "SEAL-0002"], count=2, weight_kg=Decimal("259.40"),
