@@ -10,7 +10,7 @@ from contextvars import ContextVar
 
 from django.core.exceptions import ValidationError
 
-from decommission.models import Certificate, Medium
+from decommission.models import Medium
 from decommission.selectors import public_keys
 from decommission.verify import verify_document
 from inventory.models import Gpu
@@ -33,15 +33,14 @@ def gpu_certified_guard(gpu: Gpu, to_state: str) -> None:
         raise ValidationError(f"Only the decommission workflow moves a GPU to '{to_state}' (it needs a valid "
                               "sanitization certificate for every medium); use a decommission request.",
                               code="decommission_only")
-    media = list(Medium.objects.filter(gpu=gpu).order_by("-request_id", "id"))
+    media = list(Medium.objects.filter(gpu=gpu).select_related("certificate").order_by("-request_id", "id"))
     if not media:
         raise ValidationError(f"GPU {gpu} has no recorded media in a decommission request.", code="no_certificate")
     latest = media[0].request_id
     media = [m for m in media if m.request_id == latest]
-    certificates = {c.medium_id: c for c in Certificate.objects.filter(medium__in=media)}
     keys = public_keys()
     for medium in media:
-        cert = certificates.get(medium.pk)
+        cert = getattr(medium, "certificate", None)
         if cert is None:
             raise ValidationError(f"GPU {gpu}: {medium} has no certificate.", code="no_certificate")
         problems = verify_document(cert.document, keys)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
@@ -32,9 +33,8 @@ from decommission.services.evidence import chain_verify, event_append
 from fleet.audit import Actor, audit_write
 from fleet.dispatch import send_on_commit
 from fleet.models import AuditAction
-from inventory.lifecycle import allowed_targets
 from inventory.models import Gpu, GpuState, Server
-from inventory.services import gpu_transition
+from inventory.services import gpu_bulk_transition
 
 S = RequestState
 OPEN_STATES = [s for s in RequestState.values if s not in lifecycle.FINAL]
@@ -118,15 +118,22 @@ def request_gpus(request: DecommissionRequest) -> list[Gpu]:
 
 
 def gpus_to(gpus: Sequence[Gpu], to_state: str, actor: Actor | None, reason: str) -> None:
-    """Walk each GPU to ``to_state`` through inventory's lifecycle (in service -> drained -> decommissioning)."""
-    for gpu in gpus:
-        if gpu.state == to_state:
-            continue
-        if to_state == GpuState.DECOMMISSIONING and gpu.state in (GpuState.IN_SERVICE, GpuState.BURN_IN):
-            gpu_transition(gpu=gpu, to_state=GpuState.DRAINED, actor=actor, reason=reason)
-        if to_state not in allowed_targets(gpu.state):
-            raise ValidationError({"gpus": f"GPU {gpu} is '{gpu.state}' and cannot go to '{to_state}'."})
-        gpu_transition(gpu=gpu, to_state=to_state, actor=actor, reason=reason)
+    """Walk the GPUs to ``to_state`` through inventory's lifecycle (in service -> drained -> decommissioning), in
+    all-or-nothing chunks of inventory's bulk transition (a refused GPU refuses the whole call)."""
+    moving = [g for g in gpus if g.state != to_state]
+    if to_state == GpuState.DECOMMISSIONING:
+        _bulk([g.pk for g in moving if g.state in (GpuState.IN_SERVICE, GpuState.BURN_IN)], GpuState.DRAINED,
+              actor, reason)
+    _bulk([g.pk for g in moving], to_state, actor, reason)
+
+
+def _bulk(ids: list[int], to_state: str, actor: Actor | None, reason: str) -> None:
+    step = settings.FLEET_BULK_SYNC_LIMIT
+    for start in range(0, len(ids), step):
+        try:
+            gpu_bulk_transition(gpu_ids=ids[start:start + step], to_state=to_state, actor=actor, reason=reason)
+        except ValidationError as exc:
+            raise ValidationError({"gpus": exc.messages}) from None
 
 
 @transaction.atomic
