@@ -18,7 +18,16 @@ from django.db import transaction
 from django.template.loader import render_to_string
 from django.utils import timezone
 
-from decommission.models import AgentToken, Asset, AssetState, MediaState, MediaType, Medium, RequestState
+from decommission.models import (
+    AgentToken,
+    Asset,
+    AssetState,
+    DecommissionRequest,
+    MediaState,
+    MediaType,
+    Medium,
+    RequestState,
+)
 from decommission.parsers import ParseError, nvme_verdict, parse_id_ctrl, parse_sanitize_log
 from decommission.policy import USER_DATA
 from decommission.services.evidence import event_append
@@ -38,8 +47,9 @@ def agent_token_issue(*, asset: Asset, actor: Actor | None) -> tuple[AgentToken,
     """A fresh one-time token for ``asset``'s host agent; returns (row, raw token). The raw token is not stored."""
     if asset.server_id is None:
         raise ValidationError({"asset": "Only a server runs the host agent."})
-    if asset.request.state != RequestState.SANITIZING:
-        raise ValidationError({"asset": f"{asset.request} is '{asset.request.state}', not sanitizing."})
+    state = DecommissionRequest.objects.filter(pk=asset.request_id).values_list("state", flat=True).get()
+    if state != RequestState.SANITIZING:
+        raise ValidationError({"asset": f"DR-{asset.request_id} is '{state}', not sanitizing."})
     raw = secrets.token_urlsafe(32)
     token = AgentToken.objects.create(
         asset=asset, token_sha256=_digest(raw),
