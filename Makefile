@@ -8,7 +8,7 @@ DEMO_GPUS ?= 2000
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/fleet
 TEST_REDIS_URL ?= redis://127.0.0.1:6379/15
 
-.PHONY: run test test-pg test-sqlite lint bench bench-inventory bench-telemetry bench-firmware bench-load bench-procurement setup chromium
+.PHONY: run test test-pg test-sqlite lint bench bench-inventory bench-telemetry bench-firmware bench-load bench-procurement bench-decommission setup chromium
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 12), "Fleet needs Python 3.12 (pyenv reads .python-version)"'
@@ -56,3 +56,6 @@ bench-load: $(VENV)/.installed
 
 bench-procurement: $(VENV)/.installed
 	DATABASE_URL=postgres://postgres@127.0.0.1:5432/fleet_bench_proc $(PY) bench/procurement.py
+
+bench-decommission: $(VENV)/.installed
+	DATABASE_URL=postgres://postgres@127.0.0.1:5432/fleet_bench_decom $(PY) bench/decommission.py

@@ -317,3 +317,17 @@ CELERY_BEAT_SCHEDULE.update(PROCUREMENT_BEAT_SCHEDULE)
 PROCUREMENT_APPROVAL_THRESHOLD = int(os.environ.get("FLEET_PO_APPROVAL_THRESHOLD", "1000000"))
 # Default spares target: share of failures met from stock (type-2 service level); pools set their own.
 PROCUREMENT_TARGET_FILL_RATE = float(os.environ.get("FLEET_SPARES_FILL_RATE", "0.95"))
+
+# --- issue11: decommission (secure wipe, certificates, custody; docs/decommission.md) ---
+DECOMMISSION_SIGNING_KEY_DIR = os.environ.get("DECOMMISSION_SIGNING_KEY_DIR", str(VAR_DIR / "decommission-keys"))
+DECOMMISSION_ORGANIZATION = os.environ.get("DECOMMISSION_ORGANIZATION", "Fleet datacenter operations")
+DECOMMISSION_LOCATION = os.environ.get("DECOMMISSION_LOCATION", "Datacenter decommission cage")
+DECOMMISSION_CONTACT = os.environ.get("DECOMMISSION_CONTACT", "dc-ops@example.com")
+DECOMMISSION_WEIGHT_TOLERANCE = os.environ.get("DECOMMISSION_WEIGHT_TOLERANCE", "0.01")  # of the outbound weight
+DECOMMISSION_AGENT_TOKEN_SECONDS = int(os.environ.get("DECOMMISSION_AGENT_TOKEN_SECONDS", "3600"))
+DECOMMISSION_LEASE_SECONDS = int(os.environ.get("DECOMMISSION_LEASE_SECONDS", "60"))
+DECOMMISSION_MAX_DEVICE_FAILURES = 3
+DECOMMISSION_CHUNK = int(os.environ.get("DECOMMISSION_CHUNK", "20"))  # assets per step task
+CELERY_BEAT_SCHEDULE["decommission-tick"] = {"task": "decommission.tasks.tick_task", "schedule": 10.0}
+DECOMMISSION_SETTLE_SECONDS = float(os.environ.get("DECOMMISSION_SETTLE_SECONDS", "30"))  # > a BMC's worst answer
+DECOMMISSION_POLL_SECONDS = float(os.environ.get("DECOMMISSION_POLL_SECONDS", "2"))

@@ -28,6 +28,7 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandParser
 from django.db import transaction
 
+from decommission.demo import decommission_demo_seed
 from firmware.demo import firmware_demo_seed, rollout_demo_create
 from firmware.services.catalog import component_specs_ensure
 from fleet.audit import SYSTEM
@@ -131,3 +132,7 @@ class Command(BaseCommand):
         if rollout is not None:
             self.stdout.write(f"Demo rollout '{rollout.name}' ({rollout.get_state_display()}) on the BMC simulator "
                               f"at {settings.FLEET_DEMO_BMC_URL}")
+        decommission = decommission_demo_seed(simulator_url=settings.FLEET_DEMO_BMC_URL, actor=SYSTEM)
+        if decommission:
+            self.stdout.write(f"Decommission: DR-{decommission['closed']} closed and certified, "
+                              f"DR-{decommission['in_progress']} in progress on the BMC simulator")

@@ -1,0 +1,158 @@
+"""Certified: one signed certificate per medium (every field of NIST SP 800-88 r1 App. G, r1 §4.8 and r2 §4.6)
+and a server-level bundle listing them; then the GPUs become ``sanitized`` in inventory."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.utils import timezone
+
+from decommission import lifecycle
+from decommission.guards import workflow_moves
+from decommission.models import (
+    Asset,
+    AssetState,
+    Certificate,
+    CertificateKind,
+    DecommissionRequest,
+    EvidenceEvent,
+    Level,
+    MediaState,
+    Medium,
+)
+from decommission.policy import METHODS, required_level, step_reaches
+from decommission.services.certificates import body_sha256, iso, sign, signing_key_current
+from decommission.services.evidence import chain_verify, event_body
+from decommission.services.workflow import (
+    DONE_MEDIA,
+    gpus_to,
+    locked,
+    media_outstanding,
+    request_gpus,
+    request_move,
+)
+from fleet.audit import Actor
+from inventory.models import GpuState
+
+ATTESTATION = ("I attest that the information provided on this statement is accurate to the best of my "
+               "knowledge.")
+VERIFICATION = {
+    "nvme": "Full: device completion status (sanitize log SSTAT success, PRGD where reported)",
+    "tpm": "Full: tpm2_clear exit status and owner hierarchy reset",
+    "gpu_hbm": "Full: no compute contexts, GPU reset status, power-off time recorded",
+    "gpu_inforom": "Record only: identities and versions read before and after",
+}
+DESTINATION_DETAILS = {
+    "internal_reuse": "Internal Reuse", "resale": "External Reuse", "vendor_return": "Manufacturer",
+    "recycling": "Recycling Facility",
+}
+
+
+def _person(user: Any, role: str, at: Any, request: DecommissionRequest) -> dict[str, str]:
+    name = (user.get_full_name() or user.get_username()) if user else "Fleet worker"
+    return {
+        "name": name, "title": role, "organization": settings.DECOMMISSION_ORGANIZATION,
+        "location": request.location or settings.DECOMMISSION_LOCATION, "phone": settings.DECOMMISSION_CONTACT,
+        "date": iso(at), "signature": f"authenticated Fleet user '{user.get_username() if user else 'worker'}' "
+                                      f"(audit trail of {request})",
+    }
+
+
+def _method_type(medium: Medium) -> str:
+    return {Level.CLEAR: "Clear", Level.PURGE: "Purge", Level.DESTROY: "Destruct"}[medium.level or Level.CLEAR]
+
+
+def medium_body(*, medium: Medium, request: DecommissionRequest, events: list[dict[str, Any]], chain_head: str,
+                performer: dict[str, str], validator: dict[str, str], issued_at: Any) -> dict[str, Any]:
+    asset = medium.asset
+    _reach, technique, _where = METHODS[medium.media_type]
+    return {
+        "certificate_id": str(uuid.uuid4()), "kind": "medium", "issued_at": iso(issued_at),
+        "standard": "NIST SP 800-88 Rev. 1 Appendix G; Rev. 2 §4.6", "request": str(request),
+        "performer": performer, "validator": validator,
+        "media": {
+            "manufacturer": medium.manufacturer or "unknown", "model": medium.model or "unknown",
+            "serial": medium.serial, "property_number": f"{asset.label}/{medium.media_type}/{medium.serial}",
+            "media_type": medium.get_media_type_display(), "source": asset.label,
+            "pre_sanitization_confidentiality": request.category, "data_backed_up": "No", "backup_location": "",
+        },
+        "sanitization": {
+            "method_type": _method_type(medium), "method_used": medium.technique or technique,
+            "method_details": medium.detail or technique, "tool": medium.tool or "Fleet",
+            "tool_version": next((e["tool_version"] for e in reversed(events) if e["tool_version"]), "n/a"),
+            "verification_method": VERIFICATION.get(medium.media_type, "Full: BMC task completion status"),
+            "post_sanitization_confidentiality": "none (sanitized)", "minimum_level": request.min_level,
+            "required_level": required_level(medium.media_type, request.level), "request_level": request.level,
+            "downgrade_exception": request.downgrade_reason, "completed_at": iso(medium.done_at),
+            "notes": "GPU InfoROM/VBIOS hold no workload data: recorded, not altered." if
+                     medium.media_type == "gpu_inforom" else "",
+        },
+        "destination": {"type": DESTINATION_DETAILS[request.destination], "details": request.destination},
+        "evidence": {"chain_head": chain_head, "events": events},
+        "attestation": ATTESTATION,
+    }
+
+
+def _check_levels(request: DecommissionRequest, media: list[Medium]) -> None:
+    short = []
+    for medium in media:
+        need = required_level(medium.media_type, request.level)
+        if medium.state == MediaState.DESTROYED or medium.state == MediaState.RECORDED:
+            continue
+        if need == Level.DESTROY or not step_reaches(medium.media_type, need):
+            short.append(f"{medium} needs {need}")
+    if short:
+        raise ValidationError("Below the required level (record destruction first): " + "; ".join(short[:5]))
+
+
+@transaction.atomic
+def request_certify(*, request: DecommissionRequest, actor: Actor | None) -> DecommissionRequest:
+    """Issue every certificate, then move the request to ``certified`` and its GPUs to ``sanitized``."""
+    request = locked(request)
+    lifecycle.check("certify", request.state)  # checked first: nothing is signed for a request that may not move
+    if media_outstanding(request):
+        raise ValidationError("Every medium must be done before certificates are issued.")
+    check = chain_verify(request=request)
+    if not check.ok:
+        raise ValidationError(f"The evidence chain is broken: {check.reason}.")
+    media = list(Medium.objects.filter(request=request, state__in=DONE_MEDIA).select_related("asset")
+                 .order_by("asset_id", "id"))
+    _check_levels(request, media)
+    key, private = signing_key_current(actor=actor)
+    now = timezone.now()
+    performer = _person(request.operator, "Sanitization operator", request.state_changed_at, request)
+    validator = _person(request.validated_by, "Validator (approver)", request.state_changed_at, request)
+    events: dict[int, list[dict[str, Any]]] = {}
+    for event in EvidenceEvent.objects.filter(request=request, medium__isnull=False).order_by("seq"):
+        events.setdefault(event.medium_id, []).append({**event_body(event), "prev_hash": event.prev_hash,
+                                                       "hash": event.hash})
+    rows, by_asset = [], {}
+    for medium in media:
+        doc = sign(medium_body(medium=medium, request=request, events=events.get(medium.pk, []),
+                               chain_head=check.head, performer=performer, validator=validator, issued_at=now),
+                   key=key, private=private)
+        rows.append(Certificate(id=doc["certificate"]["certificate_id"], kind=CertificateKind.MEDIUM,
+                                request=request, asset=medium.asset, medium=medium, document=doc,
+                                sha256=body_sha256(doc), key_id=key.key_id, issued_at=now))
+        by_asset.setdefault(medium.asset, []).append(rows[-1])
+    for asset, certs in by_asset.items():
+        doc = sign({"certificate_id": str(uuid.uuid4()), "kind": "bundle", "issued_at": iso(now),
+                    "request": str(request), "asset": asset.label, "performer": performer, "validator": validator,
+                    "destination": {"type": DESTINATION_DETAILS[request.destination]},
+                    "media_certificates": [{"certificate_id": str(c.id), "sha256": c.sha256,
+                                            "serial": c.medium.serial, "media_type": c.medium.media_type}
+                                           for c in certs],
+                    "evidence": {"chain_head": check.head}}, key=key, private=private)
+        rows.append(Certificate(id=doc["certificate"]["certificate_id"], kind=CertificateKind.BUNDLE,
+                                request=request, asset=asset, document=doc, sha256=body_sha256(doc),
+                                key_id=key.key_id, issued_at=now))
+    Certificate.objects.bulk_create(rows)
+    Asset.objects.filter(request=request).update(state=AssetState.CERTIFIED)
+    with workflow_moves():
+        gpus_to(request_gpus(request), GpuState.SANITIZED, actor, f"{request}: certified")
+    return request_move(request=request, action_name="certify", actor=actor,
+                        detail={"certificates": len(rows), "key_id": key.key_id})

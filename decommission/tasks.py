@@ -1,0 +1,45 @@
+"""Thin Celery adapters of the decommission workflow: ids in, one service call, safe to run twice."""
+
+from __future__ import annotations
+
+from celery import shared_task
+from django.conf import settings
+
+from decommission.models import Asset, AssetState, DecommissionRequest, RequestState
+from fleet.audit import audit_source
+from fleet.dispatch import send
+from fleet.models import AuditSource
+
+# One tick sends at most this many run messages; each leases up to DECOMMISSION_CHUNK due assets
+# (SKIP LOCKED), so duplicate messages are harmless: a worker that finds nothing due returns.
+MAX_RUNS_PER_TICK = 64
+
+
+@shared_task(name="decommission.tasks.tick_task", ignore_result=True)
+def tick_task() -> int:
+    """Beat (every 10 s) and every start/resume: send enough run messages for the due assets."""
+    due = Asset.objects.filter(state__in=(AssetState.SANITIZING,), request__state=RequestState.SANITIZING).count()
+    runs = min(MAX_RUNS_PER_TICK, -(-due // settings.DECOMMISSION_CHUNK))
+    waiting = DecommissionRequest.objects.filter(state=RequestState.DRAINED, events__step="inventory",
+                                                 events__result="requested", media__isnull=True).distinct()
+    for request_id in waiting.values_list("pk", flat=True)[:20]:  # a lost inventory message is sent again
+        send("decommission.tasks.inventory_task", request_id)
+    for _ in range(runs):
+        send("decommission.tasks.run_task")
+    return runs
+
+
+@shared_task(name="decommission.tasks.run_task", ignore_result=True, acks_late=True)
+def run_task() -> int:
+    from decommission.executor import run_due  # noqa: PLC0415 - keeps the worker importable without the executor
+
+    with audit_source(AuditSource.WORKER):
+        return run_due()
+
+
+@shared_task(name="decommission.tasks.inventory_task", ignore_result=True, acks_late=True)
+def inventory_task(request_id: int) -> int:
+    from decommission.inventory_run import inventory_collect  # noqa: PLC0415
+
+    with audit_source(AuditSource.WORKER):
+        return inventory_collect(request_id=request_id)
