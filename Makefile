@@ -40,7 +40,7 @@ test-sqlite:
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .
 
-bench: bench-inventory bench-telemetry bench-firmware
+bench: bench-inventory bench-telemetry bench-firmware bench-procurement bench-decommission bench-load
 
 bench-inventory: $(VENV)/.installed
 	DATABASE_URL=postgres://postgres@127.0.0.1:5432/fleet_bench $(PY) bench/inventory.py
