@@ -30,8 +30,17 @@ backlog = 512
 timeout = 60
 graceful_timeout = 20
 max_requests = int(os.environ.get("GUNICORN_MAX_REQUESTS", "0"))  # 0: workers are not recycled
-# Plain text logs keep gunicorn's access log; LOG_FORMAT=json logs each request as JSON (fleet.request).
-accesslog = None if os.environ.get("LOG_FORMAT", "").lower() == "json" else "-"
+# Plain text logs keep gunicorn's access log; LOG_FORMAT=json logs each request as JSON (fleet.request) and
+# gunicorn's own lines (start, workers, errors) as JSON too.
+_json = os.environ.get("LOG_FORMAT", "").strip().lower() == "json"
+accesslog = None if _json else "-"
+if _json:
+    logconfig_dict = {
+        "version": 1, "disable_existing_loggers": False,
+        "formatters": {"json": {"()": "fleet.logs.JsonFormatter"}},
+        "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "json"}},
+        "loggers": {"gunicorn.error": {"handlers": ["console"], "level": "INFO", "propagate": False}},
+    }
 
 
 def on_starting(server) -> None:  # type: ignore[no-untyped-def]

@@ -256,7 +256,7 @@ CELERY_BEAT_SCHEDULE = {
 # The cache keeps the sign-in throttle's counters where every gunicorn worker sees them: Redis when REDIS_URL
 # is set, else a database table (`make setup` runs createcachetable).
 CACHES = {
-    "default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL,
+    "default": {"BACKEND": "fleet.cache.RedisCache", "LOCATION": REDIS_URL,  # one client per pool
                 "KEY_PREFIX": "fleet"} if REDIS_URL else
     {"BACKEND": "django.core.cache.backends.db.DatabaseCache", "LOCATION": "fleet_cache"},
 }

@@ -13,8 +13,10 @@ from django.core.exceptions import ValidationError
 from django.db.models.signals import post_delete, post_save
 from django.http import Http404, HttpResponse, QueryDict, StreamingHttpResponse
 from django.shortcuts import redirect, render
+from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils.choices import BaseChoiceIterator
+from django.utils.safestring import SafeString, mark_safe
 from django.views.decorators.http import require_POST
 
 from fleet import selectors as fleet_selectors
@@ -52,8 +54,26 @@ CHOICES_TTL = 30.0
 _choices: dict[str, tuple[float, list]] = {}
 
 
+# The filter fields' HTML depends only on the query string (the values typed and ticked) and those choices:
+# rendered once per query string (~2.5 ms: 11 widgets) and kept as long as the choices.
+_FIELDS_KEPT = 256
+_fields_html: dict[str, tuple[float, SafeString]] = {}
+
+
 def filter_choices_forget(**_: Any) -> None:
     _choices.clear()
+    _fields_html.clear()
+
+
+def _filter_fields(params: QueryDict, context: dict[str, Any]) -> SafeString:
+    key = query_without(params, "after")
+    now = time.monotonic()
+    hit = _fields_html.get(key)
+    if hit is None or now - hit[0] > CHOICES_TTL:
+        if len(_fields_html) >= _FIELDS_KEPT:
+            _fields_html.clear()
+        hit = _fields_html[key] = (now, mark_safe(render_to_string("inventory/gpu_filter_fields.html", context)))  # noqa: S308
+    return hit[1]
 
 
 for _model in (Site, GpuModel):
@@ -108,6 +128,8 @@ def gpu_list(request: HtmxHttpRequest) -> HttpResponse:
         "next_query": query_with(request.GET, after=page.next_after) if page.has_next else None,
         "first_query": query_without(request.GET, "after"),
         "bulk_form": BulkTransitionForm(initial={"filter": filter_query}) if bulk else None,
+        # A callable: the template renders it only for the whole page, not for the htmx table partial.
+        "filter_fields": lambda: _filter_fields(request.GET, {"filter": filterset, "sorts": GPU_SORTS, "page": page}),
         "rows_html": fragment("inventory/gpu_rows.jinja", {"rows": page.items, "bulk": bulk, "links": links,
                                                            "filter_set": filter_has_criteria(filterset)}),
     }
