@@ -8,6 +8,7 @@ model, each model fleet-wide) and stores the run with its inputs; ``backtest_run
 from __future__ import annotations
 
 import datetime as dt
+import math
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -164,7 +165,8 @@ def forecast_compute(*, as_of: dt.date | None = None, method: str = "adaptive", 
     site_ids = [c[0] for c in history.cells]
     model_ids = np.array([c[1] for c in history.cells])
     run = ForecastRun.objects.create(as_of=as_of, method=method, actor_name=actor_fields(actor)["actor_name"],
-                                     params={"method": m.name, "buckets": m.buckets, "half_life": m.half_life,
+                                     params={"method": m.name, "buckets": m.buckets,
+                                             "half_life": m.half_life if math.isfinite(m.half_life) else None,
                                              "lead_days": lead_days})
     stats_by_lead: dict[int, Any] = {}
     rows: list[Forecast] = []
