@@ -198,7 +198,7 @@ def forecast_compute(*, as_of: dt.date | None = None, method: str = "adaptive", 
             rows.append(Forecast(
                 run=run, scope=kind, gpu_model_id=model_id, site_id=site_id, pool=pool, installed=f.installed,
                 failures=f.failures, exposure_years=round(f.exposure_years, 3), rate=f.rate, rate_lo=f.rate_lo,
-                rate_hi=f.rate_hi, vmr=f.vmr, lead_days=lead.days, lead_source=lead.source,
+                rate_hi=f.rate_hi if math.isfinite(f.rate_hi) else None, vmr=f.vmr, lead_days=lead.days, lead_source=lead.source,
                 demand_mean=f.demand_mean, demand_p05=demand.quantile(0.05), demand_p95=demand.quantile(0.95),
                 target_fill_rate=target, recommended=f.recommended, fill_rate=f.fill_rate,
                 service_level=f.service_level, spares=held, spares_fill_rate=demand.fill_rate(held),
