@@ -76,7 +76,8 @@ def _days(value: Any) -> float | None:
 
 
 def rma_list() -> QuerySet[RmaCase]:
-    return RmaCase.objects.select_related("gpu__model", "vendor", "replacement", "failure").order_by("-opened_on", "-id")
+    return (RmaCase.objects.select_related("gpu__model", "vendor", "replacement", "failure__gpu", "failure__model",
+                                           "failure__site").order_by("-opened_on", "-id"))
 
 
 def rma_turnaround() -> list[dict[str, Any]]:

@@ -26,6 +26,40 @@ from procurement.models import (
 )
 
 
+class SlugField(serializers.SlugRelatedField):
+    """A slug reference that refuses text PostgreSQL cannot hold (NUL) as "not found" instead of failing the query."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        if isinstance(data, str) and "\x00" in data:
+            self.fail("does_not_exist", slug_name=self.slug_field, value=data.replace("\x00", "\\x00"))
+        return super().to_internal_value(data)
+
+
+def flat_errors(detail: Any, prefix: str = "") -> dict[str, list[str]]:
+    """Nested serializer errors (``{"lines": [{"quantity": [...]}]}``) as the project's flat error shape:
+    ``{"lines[0].quantity": ["..."]}``."""
+    out: dict[str, list[str]] = {}
+    if isinstance(detail, dict):
+        for key, value in detail.items():
+            if str(key).isdigit():
+                name = f"{prefix}[{key}]"
+            else:
+                name = f"{prefix}.{key}" if prefix else str(key)
+            if isinstance(value, list) and all(not isinstance(v, dict | list) for v in value):
+                out[name] = [str(v) for v in value]
+            else:
+                out |= flat_errors(value, name)
+    elif isinstance(detail, list):
+        for i, value in enumerate(detail):
+            if isinstance(value, dict | list):
+                out |= flat_errors(value, f"{prefix}[{i}]")
+            elif value:
+                out.setdefault(prefix or "non_field_errors", []).append(str(value))
+    else:
+        out[prefix or "non_field_errors"] = [str(detail)]
+    return out
+
+
 class ProcurementSiteRef(serializers.ModelSerializer):
     class Meta:
         model = Site
@@ -96,7 +130,7 @@ class PurchaseOrderSerializer(serializers.ModelSerializer):
 
 class ReceiveSerializer(serializers.Serializer):
     line = serializers.PrimaryKeyRelatedField(queryset=OrderLine.objects.all(), help_text="Order line id")
-    site = serializers.SlugRelatedField(slug_field="code", queryset=Site.objects.all(), help_text="Site code")
+    site = SlugField(slug_field="code", queryset=Site.objects.all(), help_text="Site code")
     received_on = serializers.DateField()
     serials = serializers.ListField(child=serializers.CharField(max_length=64), min_length=1, max_length=10_000)
     note = serializers.CharField(max_length=500, required=False, default="", allow_blank=True)
@@ -115,7 +149,7 @@ class DeliverySerializer(serializers.ModelSerializer):
 class WarrantySerializer(serializers.ModelSerializer):
     gpu = ProcurementGpuRef(read_only=True)
     model = ProcurementModelRef(read_only=True)
-    site = ProcurementSiteRef(read_only=True)
+    site = ProcurementSiteRef(read_only=True, allow_null=True)
 
     class Meta:
         model = GpuAsset
@@ -126,7 +160,7 @@ class WarrantySerializer(serializers.ModelSerializer):
 class FailureRecordSerializer(serializers.ModelSerializer):
     gpu = ProcurementGpuRef(read_only=True)
     model = ProcurementModelRef(read_only=True)
-    site = ProcurementSiteRef(read_only=True)
+    site = ProcurementSiteRef(read_only=True, allow_null=True)
 
     class Meta:
         model = Failure
@@ -177,7 +211,7 @@ class RmaCloseSerializer(serializers.Serializer):
 
 
 class SparesPoolSerializer(serializers.ModelSerializer):
-    sites = serializers.SlugRelatedField(slug_field="code", queryset=Site.objects.all(), many=True)
+    sites = SlugField(slug_field="code", queryset=Site.objects.all(), many=True)
     target_fill_rate = serializers.DecimalField(max_digits=4, decimal_places=3, min_value=Decimal("0.5"),
                                                 max_value=Decimal("0.999"), required=False)
 
@@ -220,9 +254,9 @@ class BacktestQuerySerializer(serializers.Serializer):
     fill_rate = serializers.FloatField(min_value=0.5, max_value=0.999, required=False, allow_null=True, default=None)
     model = serializers.PrimaryKeyRelatedField(queryset=GpuModel.objects.all(), required=False, allow_null=True,
                                                default=None)
-    site = serializers.SlugRelatedField(slug_field="code", queryset=Site.objects.all(), required=False,
+    site = SlugField(slug_field="code", queryset=Site.objects.all(), required=False,
                                         allow_null=True, default=None)
-    pool = serializers.SlugRelatedField(slug_field="name", queryset=SparesPool.objects.all(), required=False,
+    pool = SlugField(slug_field="name", queryset=SparesPool.objects.all(), required=False,
                                         allow_null=True, default=None)
     method = serializers.ChoiceField(choices=sorted(METHODS), default="adaptive")
 

@@ -9,6 +9,7 @@ from django.db.models import QuerySet
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
+from rest_framework.exceptions import ParseError, ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -33,7 +34,19 @@ from procurement.services import orders as order_services
 from procurement.services import rma as rma_services
 
 
-class _Base(viewsets.GenericViewSet):
+class FlatErrors:
+    """400s in the project's documented shape ``{field: [messages]}``: nested field errors (order lines, serial
+    lists) flattened to ``lines[0].quantity``, a body that does not parse as ``non_field_errors``."""
+
+    def handle_exception(self, exc: Exception) -> Response:
+        if isinstance(exc, ParseError):
+            exc = ValidationError({"non_field_errors": [str(exc.detail)]})
+        elif isinstance(exc, ValidationError) and isinstance(exc.detail, dict | list):
+            exc = ValidationError(s.flat_errors(exc.detail))
+        return super().handle_exception(exc)  # type: ignore[misc]
+
+
+class _Base(FlatErrors, viewsets.GenericViewSet):
     schema = FleetAutoSchema()
 
 
@@ -229,7 +242,7 @@ class ForecastViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, _Base):
         return selectors.forecast_list()
 
 
-class BacktestView(APIView):
+class BacktestView(FlatErrors, APIView):
     """Roll the spares forecast monthly over the stored history and score it against the failures that
     followed, with the fixed rules (1-5 % of the installed base) for comparison."""
 

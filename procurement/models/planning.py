@@ -82,7 +82,8 @@ class Forecast(models.Model):
     exposure_years = models.FloatField()
     rate = models.FloatField(help_text="Failures per GPU-year the forecast uses")
     rate_lo = models.FloatField(help_text="90 % interval of the window's rate, low")
-    rate_hi = models.FloatField(help_text="90 % interval of the window's rate, high")
+    rate_hi = models.FloatField(null=True, blank=True,
+                                help_text="90 % interval of the window's rate, high (empty: no exposure yet)")
     vmr = models.FloatField(help_text="Variance-to-mean ratio of monthly failure counts")
     lead_days = models.PositiveIntegerField()
     lead_source = models.CharField(max_length=20, help_text="configured, observed, rma or default")

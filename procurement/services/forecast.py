@@ -8,6 +8,7 @@ model, each model fleet-wide) and stores the run with its inputs; ``backtest_run
 from __future__ import annotations
 
 import datetime as dt
+import math
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -164,7 +165,8 @@ def forecast_compute(*, as_of: dt.date | None = None, method: str = "adaptive", 
     site_ids = [c[0] for c in history.cells]
     model_ids = np.array([c[1] for c in history.cells])
     run = ForecastRun.objects.create(as_of=as_of, method=method, actor_name=actor_fields(actor)["actor_name"],
-                                     params={"method": m.name, "buckets": m.buckets, "half_life": m.half_life,
+                                     params={"method": m.name, "buckets": m.buckets,
+                                             "half_life": m.half_life if math.isfinite(m.half_life) else None,
                                              "lead_days": lead_days})
     stats_by_lead: dict[int, Any] = {}
     rows: list[Forecast] = []
@@ -196,7 +198,7 @@ def forecast_compute(*, as_of: dt.date | None = None, method: str = "adaptive", 
             rows.append(Forecast(
                 run=run, scope=kind, gpu_model_id=model_id, site_id=site_id, pool=pool, installed=f.installed,
                 failures=f.failures, exposure_years=round(f.exposure_years, 3), rate=f.rate, rate_lo=f.rate_lo,
-                rate_hi=f.rate_hi, vmr=f.vmr, lead_days=lead.days, lead_source=lead.source,
+                rate_hi=f.rate_hi if math.isfinite(f.rate_hi) else None, vmr=f.vmr, lead_days=lead.days, lead_source=lead.source,
                 demand_mean=f.demand_mean, demand_p05=demand.quantile(0.05), demand_p95=demand.quantile(0.95),
                 target_fill_rate=target, recommended=f.recommended, fill_rate=f.fill_rate,
                 service_level=f.service_level, spares=held, spares_fill_rate=demand.fill_rate(held),

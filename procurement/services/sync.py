@@ -93,6 +93,15 @@ def assets_backfill(*, actor: Actor) -> int:
     bulk.insert(GpuAsset, assets)
     audit_write_many(audit_event(actor=actor, action=AuditAction.CREATE, obj=a, message="asset backfill")
                      for a in assets)
+    # Boards received through an order enter service later: their exposure starts then.
+    started = dict(GpuStateChange.objects.filter(gpu__asset__in_service_on__isnull=True, to_state__in=[
+        GpuState.IN_SERVICE, GpuState.BURN_IN]).values("gpu_id").annotate(at=Min("at")).values_list("gpu_id", "at"))
+    late = list(GpuAsset.objects.filter(gpu_id__in=list(started), in_service_on__isnull=True))
+    for asset in late:
+        asset.in_service_on = started[asset.gpu_id].date()
+    GpuAsset.objects.bulk_update(late, ["in_service_on"], batch_size=2000)
+    audit_write_many(audit_event(actor=actor, action=AuditAction.UPDATE, obj=a, message="entered service",
+                                 changes={"in_service_on": [None, a.in_service_on.isoformat()]}) for a in late)
     return len(assets)
 
 

@@ -54,7 +54,9 @@ def test_bad_orders_are_400_with_the_field_and_write_nothing(api, change, field)
     factories.gpu_model()
     response = api().post(f"{BASE}/orders/", {**order_body(), **change}, format="json")
     assert response.status_code == 400, response.content
-    assert field in response.json()
+    errors = response.json()
+    assert any(name == field or name.startswith(f"{field}[") for name in errors), errors
+    assert all(isinstance(v, list) and all(isinstance(m, str) for m in v) for v in errors.values())  # flat shape
     assert not PurchaseOrder.objects.exists()
 
 
@@ -91,6 +93,11 @@ def test_receive_and_rma_through_the_api(api):
     assert RmaCase.objects.get().replacement.serial == "N1"
     assert api("viewer").post(f"{BASE}/rma-cases/{case['id']}/close/", {"closed_on": "2026-03-10"},
                               format="json").status_code == 403
+
+
+def test_a_body_that_does_not_parse_is_a_field_error(api):
+    response = api().post(f"{BASE}/vendors/", data="\x00", content_type="application/json")
+    assert response.status_code == 400 and list(response.json()) == ["non_field_errors"]
 
 
 def test_unknown_filters_are_400(api):
