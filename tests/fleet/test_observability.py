@@ -142,7 +142,8 @@ def test_error_pages_name_the_request_id(client, users):
     assert b"boom-1" in server_error(request).content
     api_request = RequestFactory().get("/api/v1/gpus/")
     api_request.request_id = "boom-2"
-    assert json.loads(server_error(api_request).content) == {"detail": "Server error.", "request_id": "boom-2"}
+    assert json.loads(server_error(api_request).content) == {"detail": "Server error.", "code": "error",
+                                                             "request_id": "boom-2"}
 
 
 def test_json_logs_carry_the_request_id(db):

@@ -91,7 +91,7 @@ def test_site_crud_and_errors(api):
     duplicate = client.post(f"{V1}/sites/", {"code": "ams1", "name": "Again"}, format="json")
     assert duplicate.status_code == 400 and "code" in duplicate.json()
     missing = client.post(f"{V1}/sites/", {"name": "No code"}, format="json")
-    assert missing.json() == {"code": ["This field is required."]}
+    assert missing.json() == {"code": ["This field is required."], "request_id": missing["X-Request-ID"]}
     bad_pue = client.post(f"{V1}/sites/", {"code": "x1", "name": "X", "pue": "0.50"}, format="json")
     assert bad_pue.status_code == 400 and "non_field_errors" in bad_pue.json()
     site = Site.objects.get(code="ams1")
