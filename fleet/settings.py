@@ -263,3 +263,4 @@ LOGGING = {
 REST_FRAMEWORK["DEFAULT_FILTER_BACKENDS"] = ["fleet.filters.StrictFilterBackend"]
 REST_FRAMEWORK["EXCEPTION_HANDLER"] = "fleet.api_errors.exception_handler"
 REST_FRAMEWORK["DEFAULT_SCHEMA_CLASS"] = "fleet.api_errors.FleetAutoSchema"
+REST_FRAMEWORK["DEFAULT_CONTENT_NEGOTIATION_CLASS"] = "fleet.negotiation.StrictContentNegotiation"
