@@ -137,3 +137,14 @@ def test_a_refused_delete_is_a_409_in_the_detail_shape(api):
     body = detail_error(response, 409, "protected")
     assert body["protected_by"]
     assert not AuditEvent.objects.filter(action="delete").exists()
+
+
+def test_the_audit_page_refuses_an_unknown_parameter_and_an_invalid_filter_shows_nothing(client, users):
+    client.force_login(users["viewer"])
+    factories.gpu()  # audited
+    assert AuditEvent.objects.exists()
+    refused = client.get(reverse("audit-list") + "?who=x")
+    assert refused.status_code == 400 and "Unknown query parameter" in refused.content.decode()
+    invalid = client.get(reverse("audit-list") + "?since=not-a-date")
+    assert invalid.status_code == 200 and 'class="toolbar errors"' in invalid.content.decode()
+    assert client.get(reverse("audit-list") + "?action=create").status_code == 200
