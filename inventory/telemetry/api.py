@@ -123,7 +123,9 @@ class _IngestView(APIView):
         limit = settings.FLEET_TELEMETRY_MAX_BYTES
         meta = request.META
         encoding = meta.get("HTTP_TRANSFER_ENCODING", "").strip().lower()
-        if encoding and encoding != "identity":
+        if encoding and encoding != "identity" and "wsgi.input" not in meta:
+            body = request._request.read(limit + 1)  # ASGI: the server hands Django the whole, de-chunked body
+        elif encoding and encoding != "identity":
             if not meta.get("wsgi.input_terminated"):
                 return _error("A chunked body cannot be read behind this server; send a Content-Length.",
                               "length_required", None, status.HTTP_411_LENGTH_REQUIRED)
