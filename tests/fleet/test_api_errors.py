@@ -148,3 +148,9 @@ def test_the_audit_page_refuses_an_unknown_parameter_and_an_invalid_filter_shows
     invalid = client.get(reverse("audit-list") + "?since=not-a-date")
     assert invalid.status_code == 200 and 'class="toolbar errors"' in invalid.content.decode()
     assert client.get(reverse("audit-list") + "?action=create").status_code == 200
+
+
+def test_a_format_suffix_naming_no_renderer_is_a_404(api):
+    gpu = factories.gpu()
+    detail_error(api("viewer").get(f"{V1}/gpu-models/{gpu.model_id}.4/"), 404, "not_found")
+    assert api("viewer").get(f"{V1}/gpu-models/{gpu.model_id}.json/").status_code == 200
