@@ -170,7 +170,9 @@ class _ValidationErrorSchema(OpenApiSerializerExtension):
 
     def map_serializer(self, auto_schema: AutoSchema, direction: Any) -> dict[str, Any]:
         schema = auto_schema._map_serializer(self.target_class, direction, bypass_extensions=True)
-        schema["additionalProperties"] = {"type": "array", "items": {"type": "string"}}
+        # Messages per field; a nested object's errors nest the same way ({"gpus": {"rack": ["..."]}}).
+        schema["additionalProperties"] = {"anyOf": [{"type": "array", "items": {"type": "string"}},
+                                                    {"type": "object", "additionalProperties": True}]}
         return schema
 
 

@@ -96,21 +96,20 @@ class StrictFilterBackend(DjangoFilterBackend):
     filter would otherwise answer the unfiltered first page). A view may name extra parameters it reads
     itself in ``extra_query_params``. Every API list and object goes through it (the default backend)."""
 
-    def known_params(self, request: Any, queryset: QuerySet, view: Any) -> set[str]:
+    def known_params(self, view: Any, filterset: django_filters.FilterSet | None) -> set[str]:
         known = set(API_COMMON_PARAMS) | set(getattr(view, "extra_query_params", ()))
         paginator = getattr(view, "paginator", None)
         for attr in ("cursor_query_param", "page_size_query_param", "page_query_param", "limit_query_param",
                      "offset_query_param"):
             if name := getattr(paginator, attr, None):
                 known.add(name)
-        filterset = self.get_filterset(request, queryset, view)
         if filterset is not None:
             known |= filter_param_names(filterset)
         return known
 
     def filter_queryset(self, request: Any, queryset: QuerySet, view: Any) -> QuerySet:
-        reject_unknown_params(request.query_params.keys(), self.known_params(request, queryset, view))
         filterset = self.get_filterset(request, queryset, view)
+        reject_unknown_params(request.query_params.keys(), self.known_params(view, filterset))
         if filterset is None:
             return queryset
         if not filterset.is_valid() and self.raise_exception:

@@ -280,6 +280,7 @@ FLEET_ROLLOUT_ABORTED_ATTEMPTS = int(os.environ.get("FLEET_ROLLOUT_ABORTED_ATTEM
 REST_FRAMEWORK["DEFAULT_FILTER_BACKENDS"] = ["fleet.filters.StrictFilterBackend"]
 REST_FRAMEWORK["EXCEPTION_HANDLER"] = "fleet.api_errors.exception_handler"
 REST_FRAMEWORK["DEFAULT_SCHEMA_CLASS"] = "fleet.api_errors.FleetAutoSchema"
+REST_FRAMEWORK["DEFAULT_CONTENT_NEGOTIATION_CLASS"] = "fleet.negotiation.StrictContentNegotiation"
 
 # --- issue12b (continued) ---
 # Sign-in (/login/, /api/v1/auth/token/): attempts per client per minute; wrong passwords that lock an account

@@ -25,6 +25,7 @@ from django_htmx.http import HttpResponseClientRedirect
 from django_htmx.middleware import HtmxDetails
 
 from fleet import api_errors
+from fleet.filters import HTML_COMMON_PARAMS, unknown_param_errors
 from fleet.models import AuditAction, AuditEvent, AuditSource, Job
 from fleet.pagination import keyset_page
 from fleet.roles import OPERATOR, VIEWER, has_role
@@ -128,7 +129,9 @@ class AuditFilterForm(forms.Form):
                             help_text="Inclusive")
 
     def filter(self, qs: QuerySet[AuditEvent]) -> QuerySet[AuditEvent]:
-        data = self.cleaned_data if self.is_valid() else {}
+        if not self.is_valid():  # an invalid filter shows nothing rather than the whole trail
+            return qs.none()
+        data = self.cleaned_data
         if data.get("actor"):
             qs = qs.filter(actor_name=data["actor"])
         if data.get("source"):
@@ -173,6 +176,9 @@ def audit_rows(events: Iterable[AuditEvent]) -> list[dict[str, Any]]:
 @viewer_required
 def audit_list(request: HtmxHttpRequest) -> HttpResponse:
     form = AuditFilterForm(request.GET)
+    unknown = unknown_param_errors(request.GET.keys(), {*form.fields, *HTML_COMMON_PARAMS})
+    for name, messages in unknown.items():
+        form.errors[name] = form.error_class(messages)
     page = keyset_page(form.filter(audit_events()), after=request.GET.get("after"), size=settings.FLEET_PAGE_SIZE,
                        sort="-id", allowed=("-id",))
     context = {
@@ -182,7 +188,7 @@ def audit_list(request: HtmxHttpRequest) -> HttpResponse:
         "next_query": query_with(request.GET, after=page.next_after) if page.has_next else None,
         "first_query": query_without(request.GET, "after"),
     }
-    return render_page(request, "fleet/audit_list.html", "audit-table", context)
+    return render_page(request, "fleet/audit_list.html", "audit-table", context, status=400 if unknown else 200)
 
 
 # --- background jobs ----------------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from firmware.models import (
@@ -98,7 +99,17 @@ class PoolSerializer(serializers.ModelSerializer):
         validators: list = []
 
 
+@extend_schema_field({"type": "string", "pattern": r"^([01]\d|2[0-3]):[0-5]\d(:[0-5]\d(\.\d+)?)?$",
+                      "nullable": True, "example": "02:00:00",
+                      "description": "Local time of day in the window's timezone (no UTC offset)"})
+class LocalTimeField(serializers.TimeField):
+    """A time of day without an offset: OpenAPI's ``format: time`` (RFC 3339) demands one."""
+
+
 class MaintenanceWindowSerializer(serializers.ModelSerializer):
+    start_time = LocalTimeField(required=False, allow_null=True,
+                                help_text="Weekly windows: when the window opens (HH:MM[:SS])")
+
     class Meta:
         model = MaintenanceWindow
         fields = ["id", "name", "kind", "site", "pool", "starts_at", "ends_at", "weekdays", "start_time",

@@ -171,6 +171,9 @@ class RolloutTargetSerializer(serializers.ModelSerializer):
     server = serializers.CharField(source="server.hostname", read_only=True)
     server_id = serializers.IntegerField(read_only=True)
     wave = serializers.IntegerField(source="wave.index", read_only=True)
+    # "" until a failure is classified (DRF drops allow_blank from read-only model fields, so the schema's
+    # enum would leave it out).
+    error_class = serializers.ChoiceField(choices=[*ErrorClass.values, ""], read_only=True)
 
     class Meta:
         model = RolloutTarget

@@ -9,7 +9,6 @@ class Migration(migrations.Migration):
 
     dependencies = [
         ('firmware', '0004_compliance_grouped'),
-        ('inventory', '0007_telemetry_own_app'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 

@@ -41,15 +41,13 @@ def sniff_format(text: str) -> str | None:
         return NVIDIA_SMI_XML
     first_line = next(csv.reader(io.StringIO(head[:65536])), [])
     names = [cell.strip().lower() for cell in first_line]
-    if is_fleet_header(names):
-        return FLEET_CSV
+    if is_fleet_header(names) or {"model", "asset_tag", "state", "warranty_end"} & set(names):
+        return FLEET_CSV  # Fleet's own columns (nvidia-smi has none of them): its parser names a bad one
     smi_names, refusal = check_header(first_line)
     if smi_names and refusal is None:
         return NVIDIA_SMI_CSV
     if any("." in name for name in smi_names) or {"name", "index", "pci.bus_id"} & set(smi_names):
-        return NVIDIA_SMI_CSV  # nvidia-smi's, with a column it doesn't know: its parser names it
-    if {"model", "asset_tag", "state", "warranty_end"} & set(names):
-        return FLEET_CSV
+        return NVIDIA_SMI_CSV  # nvidia-smi's, with a cell that is not a field name: its parser says so
     return None
 
 

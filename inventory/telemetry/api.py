@@ -9,7 +9,7 @@ from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, PolymorphicProxySerializer, extend_schema
 from rest_framework import serializers, status
 from rest_framework.negotiation import DefaultContentNegotiation
 from rest_framework.parsers import BaseParser
@@ -17,7 +17,13 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from fleet.api import AuditedModelViewSet, FleetAutoSchema, NewestFirstCursorPagination, ReadOnlyViewSet
+from fleet.api import (
+    AuditedModelViewSet,
+    FleetAutoSchema,
+    NewestFirstCursorPagination,
+    ReadOnlyViewSet,
+    ValidationErrorSerializer,
+)
 from fleet.filters import reject_unknown_params
 from inventory.telemetry import selectors, services
 from inventory.telemetry.filters import XidEventFilter
@@ -55,9 +61,14 @@ class IngestResultSerializer(serializers.Serializer):
 
 
 class IngestErrorSerializer(serializers.Serializer):
+    """The body was refused (nothing written): the detail shape of docs/api.md, with the reason and line."""
+
     detail = serializers.CharField()
-    reason = serializers.CharField(help_text="syntax, label_too_long, body_too_large, not_text, format, ...")
+    code = serializers.CharField(help_text="The same as reason")
+    reason = serializers.CharField(help_text="syntax, header, unsafe_xml, label_too_long, body_too_large, "
+                                   "length_required, not_text, format, ...")
     line = serializers.IntegerField(allow_null=True, help_text="1-based line of the error; null: the body as a whole")
+    request_id = serializers.CharField(required=False)
 
 
 class _NoFormatOverride:
@@ -71,7 +82,7 @@ class FormatParamNegotiation(DefaultContentNegotiation):
 
 
 def _error(message: str, reason: str, line: int | None, code: int) -> Response:
-    return Response({"detail": message, "reason": reason, "line": line}, status=code)
+    return Response({"detail": message, "code": reason, "reason": reason, "line": line}, status=code)
 
 
 def _visibility() -> dict[str, Any]:
@@ -112,7 +123,9 @@ class _IngestView(APIView):
         limit = settings.FLEET_TELEMETRY_MAX_BYTES
         meta = request.META
         encoding = meta.get("HTTP_TRANSFER_ENCODING", "").strip().lower()
-        if encoding and encoding != "identity":
+        if encoding and encoding != "identity" and "wsgi.input" not in meta:
+            body = request._request.read(limit + 1)  # ASGI: the server hands Django the whole, de-chunked body
+        elif encoding and encoding != "identity":
             if not meta.get("wsgi.input_terminated"):
                 return _error("A chunked body cannot be read behind this server; send a Content-Length.",
                               "length_required", None, status.HTTP_411_LENGTH_REQUIRED)
@@ -151,7 +164,11 @@ class _IngestView(APIView):
 _INGEST_RESPONSES = {
     200: OpenApiResponse(IngestResultSerializer, description="Written (all of it): what was stored and dropped, "
                          "and when it becomes visible (on PostgreSQL the beat's next merge, ~15 s)"),
-    400: OpenApiResponse(IngestErrorSerializer, description="The body does not parse: nothing was written"),
+    400: OpenApiResponse(PolymorphicProxySerializer(
+        component_name="IngestBadRequest", resource_type_field_name=None,
+        serializers=[IngestErrorSerializer, ValidationErrorSerializer]),
+        description="The body does not parse (detail, reason, line), or a query parameter is unknown or invalid "
+                    "(field errors): nothing was written"),
     411: OpenApiResponse(IngestErrorSerializer, description="A chunked body behind a server that cannot read it "
                          "(send a Content-Length)"),
     413: OpenApiResponse(IngestErrorSerializer, description="The body is over FLEET_TELEMETRY_MAX_BYTES"),

@@ -114,8 +114,8 @@ def test_a_bad_cursor_is_a_400_naming_it(api):
 
 
 def test_a_text_endpoint_answers_its_errors_in_json(api):
-    body = detail_error(api("viewer").get(f"{V1}/firmware/labels/?format=AAA"), 404, "not_found")
-    assert "AAA" not in body.get("code", "")
+    body = field_errors(api("viewer").get(f"{V1}/firmware/labels/?format=AAA"))
+    assert "AAA" in body["format"][0] and "slurm" in body["format"][0]
     detail_error(api(None).get(f"{V1}/firmware/labels/"), 401, "not_authenticated")
 
 
@@ -138,3 +138,20 @@ def test_a_refused_delete_is_a_409_in_the_detail_shape(api):
     body = detail_error(response, 409, "protected")
     assert body["protected_by"]
     assert not AuditEvent.objects.filter(action="delete").exists()
+
+
+def test_the_audit_page_refuses_an_unknown_parameter_and_an_invalid_filter_shows_nothing(client, users):
+    client.force_login(users["viewer"])
+    factories.gpu()  # audited
+    assert AuditEvent.objects.exists()
+    refused = client.get(reverse("audit-list") + "?who=x")
+    assert refused.status_code == 400 and "Unknown query parameter" in refused.content.decode()
+    invalid = client.get(reverse("audit-list") + "?since=not-a-date")
+    assert invalid.status_code == 200 and 'class="toolbar errors"' in invalid.content.decode()
+    assert client.get(reverse("audit-list") + "?action=create").status_code == 200
+
+
+def test_a_format_suffix_naming_no_renderer_is_a_404(api):
+    gpu = factories.gpu()
+    detail_error(api("viewer").get(f"{V1}/gpu-models/{gpu.model_id}.4/"), 404, "not_found")
+    assert api("viewer").get(f"{V1}/gpu-models/{gpu.model_id}.json/").status_code == 200

@@ -435,3 +435,10 @@ def test_gpu_csv_rows_exports_the_fleet_columns(django_assert_max_num_queries):
     csv.writer(buffer).writerows(rows)
     parsed = parse(buffer.getvalue().encode(), filename="export.csv")
     assert parsed.errors == [] and parsed.records[0].asset_tag == "=HYPERLINK(1)"
+
+
+def test_a_fleet_csv_with_a_misspelt_column_is_still_read_as_fleet_csv():
+    """Detection: Fleet's own columns decide before nvidia-smi's liberal header rule could take the file."""
+    result = parse(b"serial,model,colour\n1652923040011,NVIDIA H100 80GB HBM3,red\n", filename="f.csv")
+    assert result.fmt == FLEET_CSV
+    assert str(result.errors[0]).startswith("f.csv:1: colour: unknown column")
