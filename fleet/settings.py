@@ -215,7 +215,15 @@ SPECTACULAR_SETTINGS = {
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
     # One schema component for the GPU state enum, whichever field (state, from_state, to_state) uses it.
-    "ENUM_NAME_OVERRIDES": {"GpuStateEnum": "inventory.models.GpuState"},
+    "ENUM_NAME_OVERRIDES": {
+        "GpuStateEnum": "inventory.models.GpuState",
+        "TokenScopeEnum": "fleet.models.TokenScope",
+        "PlanningScopeKindEnum": "procurement.models.planning.ScopeKind",
+        "RmaEvidenceKindEnum": "procurement.models.rma.EvidenceKind",
+        "CertificateKindEnum": "decommission.models.evidence.CertificateKind",
+        "CustodyKindEnum": "decommission.models.evidence.CustodyKind",
+        "ConfidentialityLevelEnum": "decommission.models.requests.Level",
+    },
 }
 
 # --- Celery --------------------------------------------------------------------------------------
