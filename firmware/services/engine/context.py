@@ -70,21 +70,24 @@ class StepContext:
                         break
                     if recorded[key].response_status is None:
                         break  # recorded, never confirmed: reconciled (settle rule), no new record
+        if not planned:  # nothing to record: the claim (fence bumped a moment ago) is the proof of ownership
+            return [t for t in targets if claims.holds(t)]
         with transaction.atomic():
             if is_postgres():
                 with connection.cursor() as cursor:
                     cursor.execute("SET LOCAL synchronous_commit TO on")
+            planned_ids = {p.target_id for p in planned}
             held = set(RolloutTarget.objects.select_for_update().filter(
-                pk__in=[t.pk for t in targets if claims.holds(t)], lease_owner=claims.owner)
-                .filter(fence__in={claims.fences[t.pk] for t in targets if claims.holds(t)})
-                .values_list("pk", "fence"))
-            held_ids = {pk for pk, fence in held if claims.fences.get(pk) == fence}
-            for t in targets:
-                if t.pk not in held_ids:
-                    claims.drop(t.pk)
-            planned = [p for p in planned if p.target_id in held_ids]
+                pk__in=[t.pk for t in targets if t.pk in planned_ids and claims.holds(t)],
+                lease_owner=claims.owner).values_list("pk", "fence"))
+            lost = {t.pk for t in targets if t.pk in planned_ids} - {
+                pk for pk, fence in held if claims.fences.get(pk) == fence}
+            for pk in lost:
+                claims.drop(pk)
+            planned = [p for p in planned if p.target_id not in lost]
             if planned:
                 TargetStep.objects.bulk_create(planned, ignore_conflicts=True)
+        held_ids = {t.pk for t in targets if claims.holds(t)}
         if planned:
             keys = [p.idem_key for p in planned]
             for step in TargetStep.objects.filter(idem_key__in=keys):
