@@ -8,7 +8,7 @@ DEMO_GPUS ?= 2000
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/fleet
 TEST_REDIS_URL ?= redis://127.0.0.1:6379/15
 
-.PHONY: run test test-pg test-sqlite lint bench bench-inventory bench-telemetry bench-firmware bench-load bench-procurement bench-decommission setup chromium
+.PHONY: run test test-pg test-chaos test-sqlite lint bench bench-inventory bench-telemetry bench-firmware bench-load bench-procurement bench-decommission setup chromium
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 12), "Fleet needs Python 3.12 (pyenv reads .python-version)"'
@@ -32,6 +32,11 @@ test: $(VENV)/.installed chromium test-pg test-sqlite
 
 test-pg:
 	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) $(PY) -m pytest
+
+# The rollout engine's chaos runs alone (real worker processes; about 6-7 minutes on 2 cores). `make test`
+# (test-pg) runs them too: they are in the default selection.
+test-chaos:
+	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) $(PY) -m pytest -m chaos -p no:cacheprovider
 
 test-sqlite:
 	rm -f var/test-sqlite.sqlite3

@@ -97,8 +97,13 @@ class UpdateAccepted:
 
 
 def bmc_client(bmc_address: str) -> BmcClient:
-    """A client for this BMC on the process's shared Redfish session (``fleet.redfish.session_for``)."""
-    return BmcClient(session=session_for(bmc_address))
+    """A client for this BMC on the process's shared Redfish session (``fleet.redfish.session_for``), kept with
+    the session (its Managers / Systems / Chassis lists are read once)."""
+    session = session_for(bmc_address)
+    client = getattr(session, "firmware_client", None)
+    if client is None:
+        client = session.firmware_client = BmcClient(session=session)
+    return client
 
 
 def bmc_client_forget(bmc_address: str) -> None:
@@ -130,6 +135,12 @@ class BmcClient:
             raise BmcError(f"GET {path}: HTTP {response.status} {error_text(response)}", kind=kind,
                            status=response.status)
         return response.body
+
+    def collection(self, name: str) -> list[str]:
+        """The members of Managers, Systems or Chassis (fixed for a BMC: read once per client)."""
+        if name not in self._collections:
+            self._collections[name] = self.members(f"{ROOT}/{name}")
+        return self._collections[name]
 
     def members(self, path: str) -> list[str]:
         return [m["@odata.id"] for m in self.get(path).get("Members", []) if "@odata.id" in m]
@@ -238,9 +249,7 @@ class BmcClient:
         if direct and len(direct) == len(related or []):
             chosen = direct  # the items name their managers: no collection read
         else:
-            if collection not in self._collections:
-                self._collections[collection] = self.members(f"{ROOT}/{collection}")
-            members = self._collections[collection]
+            members = self.collection(collection)
             if not members:
                 raise BmcError(f"no {collection} to reset", error_class=ErrorClass.FIRMWARE)
             chosen = [members[0]]

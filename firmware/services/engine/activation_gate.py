@@ -4,6 +4,7 @@ time, across every rollout (canary included), under the site's advisory lock (th
 - the rollout is re-read under the lock: paused, aborted, stop requested, or a release of the target's work
   revoked (demotion) -> the target holds, no new side effect;
 - an activation window (a freeze always wins);
+(the site/pool locks are taken only when the strategy has a cap: without one there is nothing to count)
 - max unavailable per site and per pool, and every failure-domain cap of the strategy (``domain_caps``: rack,
   power feed, row, site, NVLink domain), counted over the servers unavailable in ANY rollout. A server is
   unavailable from the moment it leaves draining until it verifies healthy: activating, verifying, and failed
@@ -43,8 +44,9 @@ def draining_step(target: RolloutTarget, ctx: StepContext) -> Outcome:
     if not verdict.allowed:
         wait = (verdict.retry_at - now).total_seconds() if verdict.retry_at else 60
         return later(target, min(wait, 60), last_error=f"waiting: {verdict.reason}")
+    capped = bool(strategy.max_unavailable_per_site or strategy.max_unavailable_per_pool or strategy.domain_caps)
     with transaction.atomic():
-        if is_postgres():
+        if capped and is_postgres():
             # The site's lock, then each pool's in id order (a fixed order: no deadlock), held to the commit, so
             # two steps never both see the last free slot of a site, a rack, or a pool that spans sites.
             with connection.cursor() as cursor:
@@ -56,7 +58,7 @@ def draining_step(target: RolloutTarget, ctx: StepContext) -> Outcome:
             return later(target, 5, last_error=f"held: {held}")
         busy = RolloutTarget.objects.filter(unavailable()).exclude(unit_key=target.unit_key,
                                                                    rollout_id=target.rollout_id)
-        full = cap_reached(target, strategy, busy, pools)
+        full = cap_reached(target, strategy, busy, pools) if capped else ""
         if full:
             return later(target, 3, last_error=f"waiting: {full}")
         updated = RolloutTarget.objects.filter(pk=target.pk, state=target.state, version=target.version,
@@ -71,13 +73,15 @@ def draining_step(target: RolloutTarget, ctx: StepContext) -> Outcome:
 
 def hold_reason(target: RolloutTarget) -> str:
     """Why the rollout must not start a new activation now ("" if it may): read under the lock."""
-    state, stop = Rollout.objects.filter(pk=target.rollout_id).values_list("state", "stop_requested").get()
+    releases = [w["release"] for w in target.work or []]
+    revoked = Exists(Release.objects.filter(pk__in=releases, channel=Channel.REVOKED))
+    state, stop, is_revoked = (Rollout.objects.filter(pk=target.rollout_id).annotate(revoked=revoked)
+                               .values_list("state", "stop_requested", "revoked").get())  # one query
     if state != RolloutState.RUNNING:
         return f"the rollout is {state}"
     if stop:
         return "the rollout is stopping"
-    releases = [w["release"] for w in target.work or []]
-    if Release.objects.filter(pk__in=releases, channel=Channel.REVOKED).exists():
+    if is_revoked:
         return "a release of this bundle was revoked"
     return ""
 

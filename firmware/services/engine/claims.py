@@ -18,7 +18,7 @@ import datetime as dt
 import time
 
 from django.conf import settings
-from django.db import connection
+from django.db import DatabaseError, connection
 
 from firmware.models import RolloutTarget
 from fleet.execution import LostLease, worker_id
@@ -102,7 +102,11 @@ class Claims:
         """Just before a request to ``target``'s BMC leaves: renew when due; ``LostLease`` when not ours."""
         now = time.monotonic()
         if now >= self.renew_at:
-            self.renew()
+            try:
+                self.renew()
+            except DatabaseError as exc:  # the session is gone (terminated, failed over): so is every claim
+                self.fences = {}
+                raise LostLease(f"target {target.pk}: the lease could not be renewed ({exc})") from exc
             now = time.monotonic()
         if target.pk not in self.fences:
             raise LostLease(f"target {target.pk}: fence moved")

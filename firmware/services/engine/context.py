@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections import defaultdict
 from typing import Any
@@ -9,7 +10,15 @@ from typing import Any
 from django.db import connection, transaction
 from django.utils import timezone
 
-from firmware.models import BundleItem, ComponentSpec, Rollout, RolloutTarget, TargetState, TargetStep
+from firmware.models import (
+    BundleItem,
+    ComponentSpec,
+    Rollout,
+    RolloutState,
+    RolloutTarget,
+    TargetState,
+    TargetStep,
+)
 from firmware.redfish import resets_for
 from firmware.services.engine.claims import Claims
 from firmware.services.engine.locks import is_postgres
@@ -36,6 +45,19 @@ class StepContext:
         self.steps: dict[int, dict[str, TargetStep]] = defaultdict(dict)
         self.fresh: set[str] = set()  # keys recorded by this chunk: their side effect is still to send
         self.claims: Claims | None = None  # set by target_steps: the chunk's fences, checked before every send
+        self.target_ids: list[int] = []
+        self.rollout_states: dict[int, str] = {}
+        self.states_read_at = -1.0
+
+    def rollout_running(self, rollout_id: int) -> bool:
+        """Whether the rollout is still running, re-read at most every half second for the whole chunk: a pause,
+        an abort or a demotion stops the chunk's staging requests within one step."""
+        now = time.monotonic()
+        if now - self.states_read_at >= 0.5:
+            self.rollout_states = dict(Rollout.objects.filter(targets__in=self.target_ids).distinct()
+                                       .values_list("id", "state"))
+            self.states_read_at = now
+        return self.rollout_states.get(rollout_id) == RolloutState.RUNNING
 
     def load_steps(self, targets: list[RolloutTarget]) -> None:
         """The recorded steps of the chunk's targets, by their possible keys: an equality lookup on the unique
@@ -70,21 +92,24 @@ class StepContext:
                         break
                     if recorded[key].response_status is None:
                         break  # recorded, never confirmed: reconciled (settle rule), no new record
+        if not planned:  # nothing to record: the claim (fence bumped a moment ago) is the proof of ownership
+            return [t for t in targets if claims.holds(t)]
         with transaction.atomic():
             if is_postgres():
                 with connection.cursor() as cursor:
                     cursor.execute("SET LOCAL synchronous_commit TO on")
+            planned_ids = {p.target_id for p in planned}
             held = set(RolloutTarget.objects.select_for_update().filter(
-                pk__in=[t.pk for t in targets if claims.holds(t)], lease_owner=claims.owner)
-                .filter(fence__in={claims.fences[t.pk] for t in targets if claims.holds(t)})
-                .values_list("pk", "fence"))
-            held_ids = {pk for pk, fence in held if claims.fences.get(pk) == fence}
-            for t in targets:
-                if t.pk not in held_ids:
-                    claims.drop(t.pk)
-            planned = [p for p in planned if p.target_id in held_ids]
+                pk__in=[t.pk for t in targets if t.pk in planned_ids and claims.holds(t)],
+                lease_owner=claims.owner).values_list("pk", "fence"))
+            lost = {t.pk for t in targets if t.pk in planned_ids} - {
+                pk for pk, fence in held if claims.fences.get(pk) == fence}
+            for pk in lost:
+                claims.drop(pk)
+            planned = [p for p in planned if p.target_id not in lost]
             if planned:
                 TargetStep.objects.bulk_create(planned, ignore_conflicts=True)
+        held_ids = {t.pk for t in targets if claims.holds(t)}
         if planned:
             keys = [p.idem_key for p in planned]
             for step in TargetStep.objects.filter(idem_key__in=keys):

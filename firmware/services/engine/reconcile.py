@@ -82,7 +82,7 @@ def activate_trace(client: BmcClient, work: list[dict[str, Any]]) -> Found:
 
 def reset_evidence_path(client: BmcClient, kind: str) -> str:
     collection = "Managers" if kind == "bmc_reset" else "Systems"
-    members = client.members(f"{ROOT}/{collection}")
+    members = client.collection(collection)
     return members[0] if members else f"{ROOT}/{collection}/1"
 
 

@@ -134,6 +134,9 @@ def staging_step(target: RolloutTarget, ctx: StepContext) -> Outcome:
             return fail(target, ErrorClass.INCONCLUSIVE, f"update of {item['component']} to {item['version']}: "
                         f"the BMC cannot show whether the unanswered request landed ({evidence})", [])
         note(step, RESENT)  # ABSENT: the BMC proves it did not land; sent once more, never a third time
+    if not ctx.rollout_running(target.rollout_id):  # paused, aborted or demoted meanwhile: not sent
+        TargetStep.objects.filter(pk=step.pk).update(outcome=NOT_SENT)
+        return later(target, 5, last_error="held: the rollout is no longer running")
     ctx.claims.check(target)  # fenced: past our lease, or the row taken over -> LostLease, nothing sent
     try:
         accepted = client.update(image_uri=item["image"], targets=item["targets"], method=item["method"],

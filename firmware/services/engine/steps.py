@@ -68,6 +68,7 @@ def target_steps(pairs: Sequence[Sequence[int]]) -> StepsResult:
     result.stale = len(want) - len(fresh)
     ctx = StepContext([t.server_id for t in fresh])
     ctx.claims = claims
+    ctx.target_ids = [t.pk for t in fresh]
     budget = TimeBudget.for_task()
     locked = lock_servers([t.server_id for t in fresh])
     async_commit(True)
