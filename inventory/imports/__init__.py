@@ -1,5 +1,6 @@
 """Importing GPUs from files (service layer): :func:`gpus_import` / :func:`gpus_import_many` are the entry
-points; :mod:`inventory.imports.run` holds one run (check, load, match, plan, write).
+points; :mod:`inventory.imports.run` holds one run (check, load, match, plan), :mod:`~inventory.imports.write` its
+write phase and :mod:`~inventory.imports.records` its data (result, plan, limits).
 
 The UI's upload page (preview with ``dry_run=True``, then confirm), ``POST /api/v1/imports/`` and the
 ``import_gpus`` command call it. Parsing is :mod:`inventory.importers`; this module decides what the
@@ -38,7 +39,8 @@ from django.db import DataError, IntegrityError, transaction
 from fleet.audit import Actor
 from inventory import importers
 from inventory.importers.base import FORMATS, GpuRecord, ImportError_
-from inventory.imports.run import HOSTNAME, Import, ImportFile, ImportResult, capped
+from inventory.imports.records import HOSTNAME, ImportFile, ImportResult, capped
+from inventory.imports.run import Import
 from inventory.models import ImportRun
 
 __all__ = ["ImportError_", "ImportFile", "ImportResult", "gpus_import", "gpus_import_many", "import_run_confirm",

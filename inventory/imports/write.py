@@ -1,0 +1,225 @@
+"""The write phase of an import run (:class:`ImportWrite`, a base of :class:`inventory.imports.run.Import`):
+what the plan decided goes to the database in bulk, with its audit events, moves and firmware observations."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from django.contrib.contenttypes.models import ContentType
+
+from fleet import bulk
+from fleet.audit import (
+    actor_fields,
+    audit_event,
+    audit_row_maker,
+    audit_rows_write,
+    audit_write_many,
+    diff,
+    snapshot,
+)
+from fleet.models import AuditAction, AuditEvent
+from inventory.imports.records import (
+    BATCH,
+    CREATE,
+    DENORMALISED,
+    LAST_SEEN_RESOLUTION,
+    MOVE,
+    PLACEMENT,
+    UNCHANGED,
+    UPDATE,
+    Plan,
+    chunks,
+    created_changes,
+    json_value,
+    moved_changes,
+    sku_for,
+)
+from inventory.models import (
+    FirmwareObservation,
+    Gpu,
+    GpuModel,
+    GpuMove,
+    GpuStateChange,
+    MoveKind,
+    Server,
+)
+from inventory.services import gpu_move_record
+
+
+class ImportWrite:
+    """The write phase; :class:`inventory.imports.run.Import` sets the attributes it reads (plans, servers, gpus,
+    models, result, actor, now, reason)."""
+
+    def apply(self) -> None:
+        events: list[AuditEvent] = []
+        moves: list[GpuMove] = []
+        self._create_servers(events)
+        self._create_models(events)
+        gpu_type = ContentType.objects.get_for_model(Gpu)
+        name = actor_fields(self.actor)["actor_name"]
+
+        # 1. GPUs in the way are moved out; GPUs that move let go of their slots (swaps, shuffles).
+        for gpu, _slot in self.displaced.values():
+            move, event = gpu_move_record(gpu=gpu, to_server=None, actor=self.actor, reason=self.reason, at=self.now)
+            gpu.updated_at = self.now
+            moves.append(move)
+            events.append(event)
+        if self.displaced:
+            bulk.update(Gpu, [g for g, _ in self.displaced.values()], [*PLACEMENT, "updated_at"])
+        leaving = [p.gpu.pk for p in self.plans if p.target and p.gpu is not None and p.gpu.pci_bus_id]
+        for chunk in chunks(leaving):
+            Gpu.objects.filter(pk__in=chunk).update(pci_bus_id="")
+
+        # 2. New GPUs.
+        created = [(plan, self._new_gpu(plan)) for plan in self.plans if plan.action == CREATE]
+        bulk.insert(Gpu, [gpu for _, gpu in created], need_pk=True)
+        states, installs = [], []  # plain rows: the same as gpu_create writes, without 2,000 model instances
+        created_event = audit_row_maker(actor=self.actor, action=AuditAction.CREATE, content_type=gpu_type,
+                                        message=self.reason, at=self.now)
+        created_events = []
+        for plan, gpu in created:
+            plan.gpu = gpu
+            states.append((gpu.pk, "", gpu.state, name, self.reason, self.now))
+            if gpu.server_id:
+                installs.append((gpu.pk, MoveKind.INSTALL.value, None, "", None, gpu.server_id, gpu.pci_bus_id,
+                                 gpu.module_id, name, self.reason, self.now))
+            created_events.append(created_event(gpu, created_changes(gpu)))
+
+        # 3. Known GPUs: field changes, then moves; one bulk_update per set of changed columns.
+        groups: dict[frozenset[str], list[Gpu]] = {}
+        for plan in self.plans:
+            gpu = plan.gpu
+            if gpu is None or plan.action in (CREATE, UNCHANGED):
+                continue
+            columns = set()
+            if plan.changes:
+                for attname, (_before, after) in plan.changes.items():
+                    if attname == "model_id" and isinstance(after, str):
+                        plan.changes[attname][1] = after = self.models[after].pk
+                    setattr(gpu, attname, after)
+                    columns.add(attname)
+                events.append(audit_event(actor=self.actor, action=AuditAction.UPDATE, obj=gpu, at=self.now,
+                                          message=self.reason, content_type=gpu_type,
+                                          changes={k: [json_value(b), json_value(a)] for k, (b, a) in plan.changes.items()}))
+            if plan.target:
+                host, bus, module = plan.target
+                move, event = gpu_move_record(gpu=gpu, to_server=self.servers[host], to_pci_bus_id=bus,
+                                              to_module_id=module, actor=self.actor, reason=self.reason, at=self.now)
+                moves.append(move)
+                events.append(event)
+                columns.update(PLACEMENT)
+            gpu.updated_at = self.now
+            groups.setdefault(frozenset(columns), []).append(gpu)
+        for columns, gpus in groups.items():
+            bulk.update(Gpu, gpus, [*sorted(columns), "updated_at"])
+
+        # 4. Firmware seen, history rows, audit trail.
+        self._observe_firmware()
+        bulk.insert_values(GpuStateChange, ("gpu_id", "from_state", "to_state", "actor_name", "reason", "at"), states)
+        bulk.insert_values(GpuMove, ("gpu_id", "kind", "from_server_id", "from_pci_bus_id", "from_module_id",
+                                     "to_server_id", "to_pci_bus_id", "to_module_id", "actor_name", "reason", "at"),
+                           installs)
+        bulk.insert(GpuMove, moves)
+        audit_write_many(events)
+        audit_rows_write(created_events)
+        self._summarise()
+
+    def _create_servers(self, events: list[AuditEvent]) -> None:
+        new = [Server(hostname=host) for host in sorted({p.host for p in self.plans if p.host} - set(self.servers))]
+        Server.objects.bulk_create(new, batch_size=BATCH)
+        server_type = ContentType.objects.get_for_model(Server)
+        for server in new:
+            self.servers[server.hostname] = server
+            events.append(audit_event(actor=self.actor, action=AuditAction.CREATE, obj=server, at=self.now,
+                                      message=self.reason, content_type=server_type,
+                                      changes=diff({}, snapshot(server))))
+        self.result.servers_created = [s.hostname for s in new]
+
+    def _create_models(self, events: list[AuditEvent]) -> None:
+        taken = {m.sku for m in self.all_models}
+        new = []
+        for key, rec in self.new_models.items():
+            name = " ".join((rec.product_name or "").split())
+            memory = round(rec.memory_mib / 1024) if rec.memory_mib else None
+            new.append(GpuModel(sku=sku_for(name, taken), name=name, architecture=rec.architecture or "",
+                                memory_gib=memory))
+            self.models[key] = new[-1]
+        GpuModel.objects.bulk_create(new, batch_size=BATCH)
+        model_type = ContentType.objects.get_for_model(GpuModel)
+        events.extend(audit_event(actor=self.actor, action=AuditAction.CREATE, obj=model, at=self.now,
+                                  message=self.reason, content_type=model_type, changes=diff({}, snapshot(model)))
+                      for model in new)
+        self.result.models_created = [m.name for m in new]
+
+    def _new_gpu(self, plan: Plan) -> Gpu:
+        rec = plan.record
+        server = self.servers[plan.host] if plan.host else None
+        serial_raw = "" if rec.serial else rec.serial_raw or ""
+        uuid_raw = "" if rec.uuid else rec.uuid_raw or ""
+        return Gpu(
+            serial=rec.serial, serial_raw=serial_raw, uuid=rec.uuid, uuid_raw=uuid_raw,
+            identity_masked=bool(rec.serial_masked or rec.uuid_masked),
+            model=self.models[plan.model_key or ""], board_part_number=rec.board_part_number or "",
+            asset_tag=rec.asset_tag, warranty_end=rec.warranty_end, state=plan.state, state_changed_at=self.now,
+            server=server, pci_bus_id=(rec.pci_bus_id or "") if server else "",
+            module_id=rec.module_id if server else None, minor_number=rec.minor_number,
+            site_id=server.site_id if server else None, row_id=server.row_id if server else None,
+            rack_id=server.rack_id if server else None,
+            **{attname: rec.firmware.get(component, "") for component, attname in DENORMALISED.items()},
+        )
+
+    def _observe_firmware(self) -> None:
+        known: dict[tuple[int, str, str], tuple[int, dt.datetime]] = {}
+        seen_ids = [p.gpu.pk for p in self.plans if p.gpu is not None and p.action != CREATE and p.record.firmware]
+        for chunk in chunks(seen_ids):
+            rows = (FirmwareObservation.objects.filter(gpu_id__in=chunk).order_by()
+                    .values_list("id", "gpu_id", "component", "version", "last_seen"))
+            known.update(((gpu_id, component, version.casefold()), (pk, last_seen))
+                         for pk, gpu_id, component, version, last_seen in rows)
+        stale = self.now - LAST_SEEN_RESOLUTION
+        new: list[tuple[int, str, str, str, dt.datetime, dt.datetime]] = []
+        again: list[int] = []
+        for plan in self.plans:
+            gpu = plan.gpu
+            assert gpu is not None  # every plan has its GPU once the new ones are created
+            for component, version in plan.record.firmware.items():
+                seen = known.get((gpu.pk, component, version.casefold()))
+                if seen is None:
+                    new.append((gpu.pk, component, version, self.fmt, self.now, self.now))
+                elif seen[1] < stale:
+                    again.append(seen[0])
+        bulk.insert_values(FirmwareObservation, ("gpu_id", "component", "version", "source", "first_seen",
+                                                 "last_seen"), new)
+        for chunk in chunks(again):
+            FirmwareObservation.objects.filter(pk__in=chunk).update(last_seen=self.now)
+
+    def _summarise(self) -> None:
+        result = self.result
+        names = {m.pk: m.name for m in self.models.values()}
+        counters = {CREATE: "created", UPDATE: "updated", MOVE: "moved", UNCHANGED: "unchanged"}
+        for plan in self.plans:
+            setattr(result, counters[plan.action], getattr(result, counters[plan.action]) + 1)
+            result.rows.append(self._row(plan, names))
+        for gpu, (host, bus, module) in self.displaced.values():
+            result.moved += 1
+            result.rows.append({"line": None, "identity": gpu.identity, "action": MOVE, "hostname": "",
+                                "pci_bus_id": "", "changes": moved_changes((host, bus, module), (None, "", None))})
+
+    def _row(self, plan: Plan, model_names: dict[int, str]) -> dict[str, Any]:
+        rec, gpu = plan.record, plan.gpu
+        assert gpu is not None
+        changes: dict[str, list[Any]] = {}
+        for attname, (before, after) in plan.changes.items():
+            if attname == "model_id":
+                changes["model"] = [model_names.get(before), model_names.get(after)]
+            else:
+                changes[attname] = [json_value(before), json_value(after)]
+        if plan.action == CREATE:
+            changes = {"model": [None, gpu.model.name], "state": [None, gpu.state]}
+        if plan.target and plan.moved_from:
+            changes.update(moved_changes(plan.moved_from, plan.target))
+        identity = rec.serial or rec.uuid or rec.asset_tag or (gpu.identity if gpu.pk else "")
+        host = gpu.server.hostname if gpu.server_id and gpu.server else ""
+        return {"line": rec.line, "identity": identity or rec.serial_raw or rec.uuid_raw or "", "action": plan.action,
+                "hostname": host, "pci_bus_id": gpu.pci_bus_id, "changes": changes}
