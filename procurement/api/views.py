@@ -159,36 +159,35 @@ class RmaCaseViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, _Base):
     def get_queryset(self) -> QuerySet:
         return selectors.rma_list()
 
-    def _done(self, case: Any, code: int = status.HTTP_200_OK) -> Response:
+    def _step(self, request: Request, body_class: type, service: Any, **objects: Any) -> Response:
+        """Validate the body, call the one service of this action, answer with the case as it now is."""
+        body = body_class(data=request.data)
+        body.is_valid(raise_exception=True)
+        case = service(actor=request.user, **objects, **body.validated_data)
+        code = status.HTTP_201_CREATED if self.action == "create" else status.HTTP_200_OK
         return Response(s.RmaCaseSerializer(selectors.rma_list().get(pk=case.pk)).data, status=code)
 
     @extend_schema(request=s.RmaOpenSerializer, responses={201: s.RmaCaseSerializer})
     def create(self, request: Request) -> Response:
-        body = s.RmaOpenSerializer(data=request.data)
-        body.is_valid(raise_exception=True)
-        return self._done(rma_services.rma_open(actor=request.user, **body.validated_data), status.HTTP_201_CREATED)
+        """Open a case for a GPU (moved to ``rma`` if it is not there; its failure recorded)."""
+        return self._step(request, s.RmaOpenSerializer, rma_services.rma_open)
 
     @extend_schema(request=s.RmaShipSerializer, responses=s.RmaCaseSerializer)
     @action(detail=True, methods=["post"])
     def ship(self, request: Request, pk: str | None = None) -> Response:
-        body = s.RmaShipSerializer(data=request.data)
-        body.is_valid(raise_exception=True)
-        return self._done(rma_services.rma_ship(case=self.get_object(), actor=request.user, **body.validated_data))
+        """The failed board left with a carrier and tracking number."""
+        return self._step(request, s.RmaShipSerializer, rma_services.rma_ship, case=self.get_object())
 
     @extend_schema(request=s.RmaReplaceSerializer, responses=s.RmaCaseSerializer)
     @action(detail=True, methods=["post"])
     def replace(self, request: Request, pk: str | None = None) -> Response:
-        body = s.RmaReplaceSerializer(data=request.data)
-        body.is_valid(raise_exception=True)
-        return self._done(rma_services.rma_replace(case=self.get_object(), actor=request.user,
-                                                   **body.validated_data))
+        """The vendor's replacement arrived: its serial creates (or links) a GPU in ``received``."""
+        return self._step(request, s.RmaReplaceSerializer, rma_services.rma_replace, case=self.get_object())
 
     @extend_schema(request=s.RmaCloseSerializer, responses=s.RmaCaseSerializer)
     @action(detail=True, methods=["post"])
     def close(self, request: Request, pk: str | None = None) -> Response:
-        body = s.RmaCloseSerializer(data=request.data)
-        body.is_valid(raise_exception=True)
-        return self._done(rma_services.rma_close(case=self.get_object(), actor=request.user, **body.validated_data))
+        return self._step(request, s.RmaCloseSerializer, rma_services.rma_close, case=self.get_object())
 
 
 class SparesPoolViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin,

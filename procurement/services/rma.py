@@ -136,7 +136,7 @@ def rma_replace(*, case: RmaCase, serial: str, received_on: dt.date, actor: Acto
     if not GpuAsset.objects.filter(gpu=replacement).exists():
         audited_create(model_class=GpuAsset, actor=actor, gpu=replacement, model=replacement.model,
                        site=old_asset.site if old_asset else case.gpu.site, batch="RMA",
-                       order_line=old_asset.order_line if old_asset else None, warranty_start=received_on,
+                       warranty_start=received_on,  # not on the order line: it would count as delivered
                        warranty_end=old_asset.warranty_end if old_asset else None,
                        support_end=old_asset.support_end if old_asset else None)
     audited_update(obj=case, actor=actor, status=R.REPLACED, replacement=replacement, replaced_on=received_on)

@@ -45,6 +45,8 @@ def test_the_whole_case():
     case.refresh_from_db()
     assert case.status == RmaStatus.REPLACED and case.replacement.serial == "NEW1"
     assert case.replacement.state == "received" and case.replacement.asset.site == gpu.asset.site
+    assert case.replacement.asset.order_line is None  # a replacement is not a delivery on the order
+    assert orders.received_counts(gpu.asset.order_line.order)[gpu.asset.order_line_id] == 1
     rma.rma_close(case=case, closed_on=dt.date(2026, 4, 21), actor=SYSTEM)
     case.refresh_from_db()
     assert case.status == RmaStatus.CLOSED
