@@ -168,8 +168,11 @@ def tick_until_settled(rollouts: list[Rollout], timeout: float, during=None) -> 
         time.sleep(0.3)
     states = {r.pk: Counter(RolloutTarget.objects.filter(rollout=r).values_list("state", flat=True))
               for r in rollouts}
+    sample = list(RolloutTarget.objects.filter(rollout__in=rollouts).exclude(state__in=("succeeded", "failed"))
+                  .values_list("state", "last_error", "lease_owner", "next_run_at", "fence")[:5])
+    steps = Counter(TargetStep.objects.filter(target__rollout__in=rollouts).values_list("kind", "outcome"))
     raise AssertionError(f"not settled after {timeout}s: {[(r.pk, r.state, r.pause_reason) for r in rollouts]} "
-                         f"{states}")
+                         f"{states} {sample} {steps}")
 
 
 def duplicates(counters: dict) -> dict[str, list[tuple[str, str, int]]]:

@@ -77,7 +77,7 @@ def test_kill_9_of_workers_holding_server_locks_on_200_servers(users, chaos_sett
                         return
                     time.sleep(0.02)
 
-            chaos.tick_until_settled([rollout], timeout=240, during=kill_lock_holders)
+            chaos.tick_until_settled([rollout], timeout=420, during=kill_lock_holders)
         finally:
             workers.stop()
         assert len(kills) >= 20, f"only {len(kills)} kills landed on a worker holding a server lock"

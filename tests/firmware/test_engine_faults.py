@@ -5,6 +5,7 @@ of a path whose unit failed on infrastructure, an unanswered update is found aft
 import datetime as dt
 
 import pytest
+from django.test import Client
 from django.utils import timezone
 
 from firmware.models import ErrorClass, RolloutState, RolloutTarget, RolloutWave, TargetState, TargetStep
@@ -58,6 +59,15 @@ def test_infra_failures_end_completed_with_exceptions_and_an_operator_retries_th
         assert rollout.state == RolloutState.COMPLETED_WITH_EXCEPTIONS
         listed = api("viewer").get(f"/api/v1/rollouts/{rollout.pk}/exceptions/").json()
         assert [t["error_class"] for t in listed] == [ErrorClass.INFRA]
+        drift = api("viewer").get("/api/v1/firmware/drift/").json()["rollout_exceptions"]
+        assert [(e["rollout_id"], e["error_class"]) for e in drift] == [(rollout.pk, ErrorClass.INFRA)]
+        client = Client()
+        client.force_login(users["viewer"])
+        page = client.get(f"/firmware/rollouts/{rollout.pk}/").content.decode()
+        assert 'id="exceptions"' in page and 'id="action-retry_exceptions"' not in page  # a viewer sees, no button
+        assert 'id="rollout-exceptions"' in client.get("/firmware/drift/").content.decode()
+        client.force_login(users["operator"])
+        assert 'id="action-retry_exceptions"' in client.get(f"/firmware/rollouts/{rollout.pk}/").content.decode()
         assert api("viewer").post(f"/api/v1/rollouts/{rollout.pk}/retry_exceptions/").status_code == 403
         sim.sim.configure({"faults": []})  # the BMC is back
         response = api("operator").post(f"/api/v1/rollouts/{rollout.pk}/retry_exceptions/")
