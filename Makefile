@@ -8,7 +8,7 @@ DEMO_GPUS ?= 2000
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/fleet
 TEST_REDIS_URL ?= redis://127.0.0.1:6379/15
 
-.PHONY: run test test-pg test-sqlite lint bench bench-inventory bench-telemetry bench-firmware bench-decommission setup chromium
+.PHONY: run test test-pg test-sqlite lint bench bench-inventory bench-telemetry bench-firmware bench-load bench-procurement bench-decommission setup chromium
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 12), "Fleet needs Python 3.12 (pyenv reads .python-version)"'
@@ -19,6 +19,7 @@ $(VENV)/.installed: pyproject.toml
 
 setup: $(VENV)/.installed
 	$(PY) manage.py migrate --no-input
+	$(PY) manage.py createcachetable
 	$(PY) manage.py bootstrap --demo-gpus $(DEMO_GPUS)
 
 run: setup
@@ -39,7 +40,7 @@ test-sqlite:
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .
 
-bench: bench-inventory bench-telemetry bench-firmware
+bench: bench-inventory bench-telemetry bench-firmware bench-procurement bench-decommission bench-load
 
 bench-inventory: $(VENV)/.installed
 	DATABASE_URL=postgres://postgres@127.0.0.1:5432/fleet_bench $(PY) bench/inventory.py
@@ -49,6 +50,12 @@ bench-telemetry: $(VENV)/.installed
 
 bench-firmware: $(VENV)/.installed
 	DATABASE_URL=postgres://postgres@127.0.0.1:5432/fleet_bench_fw $(PY) bench/firmware.py
+
+bench-load: $(VENV)/.installed
+	DATABASE_URL=postgres://postgres@127.0.0.1:5432/fleet_bench_load $(PY) bench/load.py
+
+bench-procurement: $(VENV)/.installed
+	DATABASE_URL=postgres://postgres@127.0.0.1:5432/fleet_bench_proc $(PY) bench/procurement.py
 
 bench-decommission: $(VENV)/.installed
 	DATABASE_URL=postgres://postgres@127.0.0.1:5432/fleet_bench_decom $(PY) bench/decommission.py

@@ -11,12 +11,17 @@ the shared Redis). Measured in one run, printed with the targets:
 - planning every server of the fleet (each platform's "next" bundle, ``plan_preview``: the dry run), the sum over
   platforms, median of 3; and persisting the largest platform's plan (``rollout_create``: waves + COPY of targets);
 - engine throughput: ``--engine-targets`` servers of a bench platform whose BMCs are virtual BMCs of the simulator
-  (``python -m firmware.simulator``, zero task time, zero reset time), a one-release bundle (BMC firmware: update,
+  (``python -m fleet.bmcsim``, zero task time, zero reset time), a one-release bundle (BMC firmware: update,
   activate, BMC reset, verify), 2 Celery worker processes (``--pool solo``), this process ticking like beat.
   Target-steps = compare-and-set advances of targets (the sum of their ``version`` columns) per second of wall time
   from start to the last target finished.
 
-The last line of output is one JSON object: ``compliance_s``, ``plan_s``, ``engine_steps_per_s``.
+- ``chaos_duplicates``: a short chaos run (``--chaos-targets`` BMCs, 5 % of mutating requests processed only after
+  the client timed out, 3 kill -9s of a worker): update requests or resets the simulator processed twice (its
+  ``/_sim/counters``); must be 0.
+
+The last line of output is one JSON object: ``compliance_s``, ``plan_s``, ``engine_steps_per_s``,
+``chaos_duplicates``.
 The machine's 2 cores are shared with PostgreSQL, Redis, the simulator and the workers: figures are noisy.
 """
 
@@ -68,6 +73,7 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2, help="worker processes (default 2)")
     parser.add_argument("--threads", type=int, default=1,
                         help="threads per worker process (--pool threads; default 1: --pool solo)")
+    parser.add_argument("--chaos-targets", type=int, default=40, help="BMCs of the short chaos run (default 40)")
     parser.add_argument("--reuse", action="store_true", help="keep the bench database if it is seeded")
     parser.add_argument("--profile", action="store_true", help="cProfile one worker's steps (to var/)")
     args = parser.parse_args()
@@ -173,8 +179,94 @@ def run(args: argparse.Namespace, url: str, broker: str, reuse: bool) -> dict[st
 
     # --- engine -------------------------------------------------------------------------------------------------
     engine_steps = engine_throughput(args, url, broker, operator, approver)
+    duplicates = chaos_duplicates(args, url, broker, operator, approver)
     return {"compliance_s": round(compliance_s, 3), "plan_s": round(plan_s, 3),
-            "engine_steps_per_s": round(engine_steps, 1)}
+            "engine_steps_per_s": round(engine_steps, 1), "chaos_duplicates": duplicates}
+
+
+def chaos_duplicates(args: argparse.Namespace, url: str, broker: str, operator, approver) -> int:  # type: ignore[no-untyped-def]
+    """A short chaos run: ``--chaos-targets`` BMCs, 5 % of mutating requests processed only after the client
+    timed out, 3 kill -9s of a worker process mid-rollout (a fresh one each time). Returns how many (BMC,
+    request) pairs the simulator PROCESSED more than once among update requests and resets: must be 0."""
+    import random
+
+    from django.conf import settings
+
+    from firmware.models import Release, RolloutTarget
+    from firmware.models.rollout import TARGET_DONE
+    from firmware.services import catalog, engine
+    from firmware.services import rollout as svc
+    from fleet import bulk
+    from fleet.audit import SystemActor
+    from fleet.bmcsim.testing import SimulatorProcess
+    from inventory.models import Server, ServerPlatform
+
+    n = args.chaos_targets
+    settings.FLEET_ROLLOUT_LEASE_SECONDS = 3
+    stamp = f"{time.time():.0f}"
+    actor = SystemActor("bench")
+    platform = ServerPlatform.objects.create(name=f"Bench chaos BMC {stamp}", vendor="Contoso")
+    sim = SimulatorProcess(bmcs=n, profile="generic", task_seconds=0.3,
+                           extra_args=("--prefix", "chaos-", "--bmc-reset-seconds", "0.3")).start()
+    sim.control.configure(faults=[{"kind": "late", "method": "POST", "rate": 0.05, "seconds": 2.0}])
+    env = {**os.environ, "DATABASE_URL": url, "REDIS_URL": broker, "FLEET_BMC_TIMEOUT": "1",
+           "FLEET_BMC_SETTLE_SECONDS": "4", "FLEET_ROLLOUT_LEASE_SECONDS": "3", "FLEET_ROLLOUT_CHUNK": "4"}
+    command = [sys.executable, "-m", "celery", "-A", "fleet", "worker", "--pool", "solo", "--loglevel", "ERROR",
+               "--without-heartbeat", "--without-gossip", "--without-mingle"]
+    workers: list[subprocess.Popen] = []
+
+    def start_worker() -> None:
+        workers.append(subprocess.Popen([*command, "-n", f"chaos{len(workers)}@%h"], cwd=ROOT, env=env,  # noqa: S603
+                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+
+    kills, done = 0, 0
+    try:
+        width = max(4, len(str(n)))
+        bulk.insert(Server, [Server(hostname=f"chaos-{stamp}-{i:05d}", platform=platform,
+                                    bmc_address=sim.bmc_url(f"chaos-{i:0{width}d}")) for i in range(1, n + 1)])
+        release = Release.objects.get(component="bmc", version="1.46.0-bench")
+        bundle = catalog.bundle_create(name=f"chaos BMC {stamp}", platform=platform, releases=[release], actor=actor)
+        rollout = svc.rollout_create(name="bench chaos", bundle=bundle, selector={}, actor=operator,
+                                     strategy={"canary": False, "waves": [100],
+                                               "retry": {"max_attempts": 10, "backoff_seconds": [1]}})
+        rollout = svc.rollout_approve(rollout=svc.rollout_submit(rollout=rollout, actor=operator), actor=approver)
+        for _ in range(2):
+            start_worker()
+        time.sleep(4)
+        rollout = svc.rollout_start(rollout=rollout, actor=operator)
+        rng = random.Random(5)
+        started = time.perf_counter()
+        next_kill = 1.0
+        while time.perf_counter() - started < 180:
+            engine.rollout_tick()
+            done = RolloutTarget.objects.filter(rollout=rollout, state__in=TARGET_DONE).count()
+            if done == n:
+                break
+            if kills < 3 and time.perf_counter() - started >= next_kill:
+                alive = [p for p in workers if p.poll() is None]
+                rng.choice(alive).kill()
+                start_worker()
+                kills += 1
+                next_kill += rng.uniform(0.8, 2.0)
+            time.sleep(0.3)
+        counters = sim.control.counters()
+    finally:
+        for proc in workers:
+            if proc.poll() is None:
+                proc.terminate()
+        for proc in workers:
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        sim.kill()
+    resets = ("Chassis.Reset", "ComputerSystem.Reset", "Manager.Reset")
+    duplicated = [(bmc, key, k) for bmc, c in counters["bmcs"].items() for key, k in c["processed"].items()
+                  if k > 1 and (key.endswith("UpdateService.SimpleUpdate") or key.endswith(resets))]
+    say(f"chaos: {n} targets ({done} finished), {kills} kill -9s, {counters['faults'].get('late', 0)} late "
+        f"requests: {len(duplicated)} duplicate update requests or resets (must be 0) "
+        f"{'ok' if not duplicated else 'MISSED'}")
+    return len(duplicated)
 
 
 def engine_throughput(args: argparse.Namespace, url: str, broker: str, operator, approver) -> float:  # type: ignore[no-untyped-def]
@@ -184,9 +276,9 @@ def engine_throughput(args: argparse.Namespace, url: str, broker: str, operator,
     from firmware.models.rollout import TARGET_DONE
     from firmware.services import catalog, engine
     from firmware.services import rollout as svc
-    from firmware.simulator.testing import SimulatorProcess
     from fleet import bulk
     from fleet.audit import SystemActor
+    from fleet.bmcsim.testing import SimulatorProcess
     from inventory.models import Server, ServerPlatform
 
     n = args.engine_targets

@@ -24,8 +24,8 @@ from firmware.services.catalog import (
     window_create,
 )
 from firmware.services.compliance import compliance_recompute
-from firmware.services.rollout import rollout_demo_create
-from fleet.audit import Actor
+from firmware.services.rollout_demo import rollout_demo_create
+from fleet.audit import Actor, SystemActor
 from inventory import services as inventory_services
 from inventory.models import FirmwareComponent as C
 from inventory.models import Gpu, Server, ServerPlatform
@@ -123,6 +123,7 @@ def firmware_demo_seed(*, actor: Actor | None) -> dict[str, Any]:
             channel=Channel.TESTING if nxt else Channel.STABLE,
             notes="Demo release." if not nxt else "Demo release: next recipe, in testing.")
     approver = _demo_approver(actor)
+    proposer = SystemActor("demo") if approver is not None else actor  # two-person rule: not the approver
     bundles: dict[str, dict[str, Bundle]] = {}
     for name, platform in sorted(platforms.items()):
         versions = DEMO_VERSIONS[name]
@@ -131,7 +132,8 @@ def firmware_demo_seed(*, actor: Actor | None) -> dict[str, Any]:
                                  notes=f"Demo recipe ({label}).",
                                  releases=[releases[c, v[index]] for c, v in versions.items()])
             for label, index in (("current", 1), ("next", 2))}
-        baseline = baseline_create(bundle=bundles[name]["current"], actor=actor, valid_from=now - dt.timedelta(days=30))
+        baseline = baseline_create(bundle=bundles[name]["current"], actor=proposer,
+                                   valid_from=now - dt.timedelta(days=30))
         if approver is not None:
             baseline_approve(baseline=baseline, actor=approver)
     # Pools: a Slurm training partition and a Kubernetes inference pool; the inference pool runs the next recipe.
@@ -143,7 +145,7 @@ def firmware_demo_seed(*, actor: Actor | None) -> dict[str, Any]:
     second = rest[0] if rest else first
     infer = pool_create(name="k8s-inference", kind=Pool.Kind.KUBERNETES, actor=actor,
                         servers=Server.objects.filter(pk__in=by_platform[second][-16:]))
-    pool_baseline = baseline_create(bundle=bundles[second]["next"], pool=infer, actor=actor,
+    pool_baseline = baseline_create(bundle=bundles[second]["next"], pool=infer, actor=proposer,
                                     valid_from=now - dt.timedelta(days=2))
     if approver is not None:
         baseline_approve(baseline=pool_baseline, actor=approver)

@@ -14,23 +14,22 @@ timeout, 5xx, auth) or ``firmware`` (the BMC refused or failed the image).
 
 from __future__ import annotations
 
-import base64
 import json
-import logging
-import threading
-from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-import redfish
-import requests
-from django.conf import settings
-
 from firmware.models import ErrorClass
-
-# The library logs every request at INFO (two lines per request, formatted eagerly): too costly at fleet scale.
-logging.getLogger("redfish.rest.v1").setLevel(logging.WARNING)
+from fleet.redfish import (
+    BmcError,
+    ErrorKind,
+    RedfishSession,
+    error_text,
+    message_ids,
+    session_for,
+    session_forget,
+    strip_prefix,
+)
 
 ROOT = "/redfish/v1"
 UPDATE_SERVICE = f"{ROOT}/UpdateService"
@@ -60,16 +59,6 @@ def resets_for(kinds: set[str]) -> list[str]:
     if "bmc_reset" in kinds:
         ordered.append("bmc_reset")
     return ordered
-
-
-class BmcError(Exception):
-    def __init__(self, message: str, *, error_class: str = ErrorClass.INFRA, status: int | None = None,
-                 retry_after: int | None = None, message_ids: list[str] | None = None) -> None:
-        super().__init__(message)
-        self.error_class = error_class
-        self.status = status
-        self.retry_after = retry_after
-        self.message_ids = message_ids or []
 
 
 @dataclass
@@ -107,99 +96,48 @@ class UpdateAccepted:
     task: TaskInfo | None  # when the reply carried the task (202 + body), or None
 
 
-def base_url(bmc_address: str) -> str:
-    """``Server.bmc_address`` as a base URL: a full URL stays (the simulator's ``http://127.0.0.1:P/bmc/<id>``);
-    a bare host or address becomes ``https://<host>``."""
-    address = bmc_address.strip().rstrip("/")
-    return address if "://" in address else f"https://{address}"
-
-
-# One HTTP connection pool per BMC endpoint host:port in this process (the simulator serves many BMCs on one port).
-_SESSIONS: dict[str, requests.Session] = {}
-_CLIENTS: OrderedDict[str, BmcClient] = OrderedDict()
-_LOCK = threading.Lock()
-MAX_CLIENTS = 4096
-
-
 def bmc_client(bmc_address: str) -> BmcClient:
-    """A logged-in client for this BMC, reused within the process (Basic auth: a BMC reboot loses nothing)."""
-    url = base_url(bmc_address)
-    with _LOCK:
-        client = _CLIENTS.get(url)
-        if client is not None:
-            _CLIENTS.move_to_end(url)
-            return client
-    client = BmcClient(url)
-    with _LOCK:
-        _CLIENTS[url] = client
-        while len(_CLIENTS) > MAX_CLIENTS:
-            _CLIENTS.popitem(last=False)
-    return client
+    """A client for this BMC on the process's shared Redfish session (``fleet.redfish.session_for``)."""
+    return BmcClient(session=session_for(bmc_address))
 
 
 def bmc_client_forget(bmc_address: str) -> None:
-    with _LOCK:
-        _CLIENTS.pop(base_url(bmc_address), None)
+    session_forget(bmc_address)
 
 
 class BmcClient:
-    def __init__(self, url: str, *, username: str | None = None, password: str | None = None,
-                 timeout: float | None = None) -> None:
-        self.url = url
-        self.timeout = timeout if timeout is not None else settings.FLEET_BMC_TIMEOUT
-        user = username if username is not None else settings.FLEET_BMC_USERNAME
-        secret = password if password is not None else settings.FLEET_BMC_PASSWORD
-        # Basic auth on every request instead of login(): the library's login costs two requests per BMC and
-        # process, and a session dies with every BMC reset. Bad credentials show as a 401 on the first request.
-        self._auth = {"Authorization": "Basic " + base64.b64encode(f"{user}:{secret}".encode()).decode()}
-        try:
-            self._rf = redfish.redfish_client(base_url=url, username=user, password=secret, timeout=self.timeout,
-                                              max_retry=0, check_connectivity=False)
-        except Exception as exc:  # noqa: BLE001 - a malformed URL
-            raise BmcError(f"BMC {url}: {type(exc).__name__}: {exc}") from exc
-        netloc = urlsplit(url).netloc
-        with _LOCK:
-            session = _SESSIONS.get(netloc)
-            if session is None:
-                session = _SESSIONS[netloc] = requests.Session()
-                session.trust_env = False  # no proxy or netrc lookups per request: BMCs are reached directly
-        self._rf._session = session  # share keep-alive connections between BMCs behind one endpoint
+    """Firmware's requests on a ``fleet.redfish.RedfishSession`` (transport, timeouts, error kinds)."""
+
+    def __init__(self, url: str = "", *, username: str | None = None, password: str | None = None,
+                 timeout: float | None = None, session: RedfishSession | None = None) -> None:
+        self.session = session or RedfishSession(url, username=username or "", password=password or "",
+                                                 timeout=timeout)
+        self.url = self.session.url
+        self.timeout = self.session.timeout
         self._collections: dict[str, list[str]] = {}  # Managers, Systems, Chassis: fixed for a BMC
 
     # --- plumbing ---------------------------------------------------------------------------------------------
-    def _request(self, method: str, path: str, body: Any = None, headers: dict[str, str] | None = None) -> Any:
-        headers = {**self._auth, **(headers or {})}
-        try:
-            if method == "GET":
-                response = self._rf.get(path, headers=headers, timeout=self.timeout, max_retry=0)
-            elif method == "DELETE":
-                response = self._rf.delete(path, headers=headers, timeout=self.timeout, max_retry=0)
-            else:
-                response = self._rf.post(path, body=body, headers=headers, timeout=self.timeout, max_retry=0)
-        except Exception as exc:  # noqa: BLE001 - RetriesExhaustedError wraps timeouts and refused connections
-            cause = exc.__cause__ or exc
-            raise BmcError(f"{method} {path}: {type(cause).__name__}: {cause}") from exc
-        status = response.status
-        if status >= 500 or status in (401, 403, 429):
-            raise BmcError(f"{method} {path}: HTTP {status} {_error_text(response)}", status=status,
-                           retry_after=response.retry_after, message_ids=_message_ids(response))
-        return response
+    def _request(self, method: str, path: str, body: Any = None, headers: dict[str, str] | None = None,
+                 files: Any = None) -> Any:
+        return self.session.request(method, path, body, headers=headers, files=files)
 
     def get(self, path: str) -> dict[str, Any]:
+        """A 404 is INFRA: every resource firmware reads was listed by its collection or is one Redfish requires,
+        so a 404 is a BMC rebooting or restarting its Redfish service, never the firmware's fault."""
         response = self._request("GET", path)
-        if response.status == 404:
-            raise BmcError(f"GET {path}: not found", error_class=ErrorClass.FIRMWARE, status=404)
         if response.status >= 400:
-            raise BmcError(f"GET {path}: HTTP {response.status} {_error_text(response)}", status=response.status)
-        return response.dict or {}
+            kind = ErrorKind.INFRA if response.status == 404 else ErrorKind.DEFINITE
+            raise BmcError(f"GET {path}: HTTP {response.status} {error_text(response)}", kind=kind,
+                           status=response.status)
+        return response.body
 
-    def _members(self, path: str) -> list[str]:
+    def members(self, path: str) -> list[str]:
         return [m["@odata.id"] for m in self.get(path).get("Members", []) if "@odata.id" in m]
 
     # --- inventory --------------------------------------------------------------------------------------------
     def inventory_ids(self) -> list[str]:
         """Ids of the FirmwareInventory members (last segment of their ``@odata.id``)."""
-        return [uri.rstrip("/").rsplit("/", 1)[-1] for uri in self._members(INVENTORY)]
+        return [uri.rstrip("/").rsplit("/", 1)[-1] for uri in self.members(INVENTORY)]
 
     def inventory(self, ids: list[str]) -> list[dict[str, Any]]:
         """The SoftwareInventory documents of ``ids``."""
@@ -223,9 +161,9 @@ class BmcClient:
                 params["@Redfish.OperationApplyTime"] = "OnStartUpdateRequest"
             filename = urlsplit(image_uri).path.rsplit("/", 1)[-1] or "image.bin"
             path = self.get(UPDATE_SERVICE).get("MultipartHttpPushUri") or f"{UPDATE_SERVICE}/update-multipart"
-            body: Any = {"UpdateParameters": (None, json.dumps(params), "application/json"),
-                         "UpdateFile": (filename, image, "application/octet-stream")}
-            response = self._request("POST", path, body, headers={"Content-Type": "multipart/form-data"})
+            files = {"UpdateParameters": (None, json.dumps(params), "application/json"),
+                     "UpdateFile": (filename, image, "application/octet-stream")}
+            response = self._request("POST", path, files=files)
         else:
             body = {"ImageURI": image_uri, "Targets": uris}
             if transfer_protocol or "://" not in image_uri:
@@ -233,14 +171,15 @@ class BmcClient:
             if stage:
                 body["Stage"] = True
             response = self._request("POST", f"{UPDATE_SERVICE}/Actions/UpdateService.SimpleUpdate", body)
+        not_up(response, "update")
         if response.status not in (200, 202, 204):
-            raise BmcError(f"update refused: HTTP {response.status} {_error_text(response)}",
+            raise BmcError(f"update refused: HTTP {response.status} {error_text(response)}",
                            error_class=ErrorClass.FIRMWARE, status=response.status,
-                           message_ids=_message_ids(response))
+                           message_ids=message_ids(response))
         data = _json(response)
         task_uri = response.task_location or data.get("@odata.id") or ""
         task_uri = urlsplit(task_uri).path if "://" in task_uri else task_uri
-        task_uri = _strip_prefix(self.url, task_uri)
+        task_uri = strip_prefix(self.url, task_uri)
         task = _task_info(task_uri, data, response.retry_after) if data.get("TaskState") else None
         return UpdateAccepted(status=response.status, task_uri=task_uri, task=task)
 
@@ -256,7 +195,7 @@ class BmcClient:
 
     def tasks(self) -> list[dict[str, Any]]:
         """Every task the BMC keeps (for reconciling an update whose reply was lost)."""
-        return [self.get(_strip_prefix(self.url, uri)) for uri in self._members(f"{ROOT}/TaskService/Tasks")]
+        return [self.get(strip_prefix(self.url, uri)) for uri in self.members(f"{ROOT}/TaskService/Tasks")]
 
     def find_update_task(self, *, image_uri: str, targets: list[str]) -> TaskInfo | None:
         """The task an earlier update of ``targets`` with ``image_uri`` created, if the BMC has it."""
@@ -282,10 +221,11 @@ class BmcClient:
         """Activate staged images of ``targets`` (UpdateService.Activate; StartUpdate where Activate is absent)."""
         body = {"Targets": [f"{INVENTORY}/{t}" for t in targets]}
         response = self._request("POST", f"{UPDATE_SERVICE}/Actions/UpdateService.Activate", body)
-        if response.status in (400, 404, 405):
+        not_up(response, "activate")
+        if response.status in (400, 405):
             response = self._request("POST", f"{UPDATE_SERVICE}/Actions/UpdateService.StartUpdate", {})
         if response.status >= 400:
-            raise BmcError(f"activate refused: HTTP {response.status} {_error_text(response)}",
+            raise BmcError(f"activate refused: HTTP {response.status} {error_text(response)}",
                            error_class=ErrorClass.FIRMWARE, status=response.status)
         return int(response.status)
 
@@ -299,7 +239,7 @@ class BmcClient:
             chosen = direct  # the items name their managers: no collection read
         else:
             if collection not in self._collections:
-                self._collections[collection] = self._members(f"{ROOT}/{collection}")
+                self._collections[collection] = self.members(f"{ROOT}/{collection}")
             members = self._collections[collection]
             if not members:
                 raise BmcError(f"no {collection} to reset", error_class=ErrorClass.FIRMWARE)
@@ -309,32 +249,25 @@ class BmcClient:
                 chosen = [m for m in members if m.rstrip("/").rsplit("/", 1)[-1] in names] or chosen
         status = 0
         for member in chosen:
-            path = f"{_strip_prefix(self.url, member)}/Actions/{action}"
+            path = f"{strip_prefix(self.url, member)}/Actions/{action}"
             response = self._request("POST", path, {"ResetType": reset_type})
+            not_up(response, action)
             if response.status >= 400:
-                raise BmcError(f"{action} {reset_type} refused: HTTP {response.status} {_error_text(response)}",
+                raise BmcError(f"{action} {reset_type} refused: HTTP {response.status} {error_text(response)}",
                                error_class=ErrorClass.FIRMWARE, status=response.status)
             status = int(response.status)
         return status
 
 
+def not_up(response: Any, what: str) -> None:
+    """A 404 on an action Redfish defines (SimpleUpdate, Activate, a Reset): the BMC's Redfish service is not
+    up (it is rebooting), so nothing was done: infrastructure, never the firmware's fault."""
+    if response.status == 404:
+        raise BmcError(f"{what}: HTTP 404 (the BMC's Redfish service is not up)", kind=ErrorKind.INFRA, status=404)
+
+
 def _json(response: Any) -> dict[str, Any]:
-    try:
-        data = response.dict
-    except Exception:  # noqa: BLE001 - an empty 204 body
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
-def _message_ids(response: Any) -> list[str]:
-    error = _json(response).get("error") or {}
-    return [str(m.get("MessageId")) for m in error.get("@Message.ExtendedInfo", []) if m.get("MessageId")]
-
-
-def _error_text(response: Any) -> str:
-    error = _json(response).get("error") or {}
-    info = error.get("@Message.ExtendedInfo") or []
-    return "; ".join(str(m.get("Message") or m.get("MessageId")) for m in info) or str(error.get("message", ""))
+    return response.body if isinstance(response.body, dict) else {}
 
 
 def _task_info(uri: str, data: dict[str, Any], retry_after: int | None) -> TaskInfo:
@@ -343,9 +276,3 @@ def _task_info(uri: str, data: dict[str, Any], retry_after: int | None) -> TaskI
                     messages=list(data.get("Messages") or []), body=data)
 
 
-def _strip_prefix(base: str, uri: str) -> str:
-    """``/bmc/<id>/redfish/v1/...`` (a path under the base URL's path) -> ``/redfish/v1/...``."""
-    prefix = urlsplit(base).path.rstrip("/")
-    if prefix and uri.startswith(prefix + "/"):
-        return uri[len(prefix):]
-    return uri

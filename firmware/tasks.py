@@ -30,12 +30,6 @@ def rollout_steps_task(steps: list[list[int]]) -> int:
         return target_steps(steps).done
 
 
-@shared_task(acks_late=True, ignore_result=True)
-def rollout_step_task(target_id: int, version: int) -> int:
-    """One step of one target at ``version`` (the single-target form of ``rollout_steps_task``)."""
-    return rollout_steps_task([[target_id, version]])
-
-
 @shared_task
 def compliance_recompute_task() -> dict[str, Any]:
     """Rewrite the compliance tables (beat: every 10 minutes). Safe to run twice: each run rewrites the whole

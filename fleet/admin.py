@@ -22,7 +22,9 @@ from django.utils.html import format_html
 
 from fleet.api import protected_message
 from fleet.audit import snapshot
-from fleet.models import AuditEvent, Job, JobChunk
+from fleet.models import ApiToken, AuditEvent, Job, JobChunk
+from fleet.roles import ADMIN, has_role
+from fleet.tokens import token_revoke, token_state
 
 
 def adopt(obj: models.Model, saved: models.Model) -> None:
@@ -145,3 +147,32 @@ class JobChunkAdmin(ReadOnlyModelAdmin):
     list_filter = ["done"]
     list_select_related = ["job"]
     raw_id_fields = ["job"]
+
+
+@admin.register(ApiToken)
+class ApiTokenAdmin(ReadOnlyModelAdmin):
+    """API tokens (made on the user's account page or by ``/api/v1/auth/token/``): admins see and revoke
+    everyone's, other users only their own. Keys are never shown, only their first characters."""
+
+    list_display = ["name", "user", "prefix", "scope", "state", "created_at", "expires_at", "last_used_at"]
+    list_filter = ["scope"]
+    list_select_related = ["user"]
+    search_fields = ["=user__username", "name", "=prefix"]
+    exclude = ["key_hash"]
+    actions = ["revoke"]
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet:
+        queryset = super().get_queryset(request)
+        return queryset if has_role(request.user, ADMIN) else queryset.filter(user=request.user)
+
+    @admin.display(description="State")
+    def state(self, token: ApiToken) -> str:
+        return token_state(token)
+
+    def has_revoke_permission(self, request: HttpRequest) -> bool:
+        return request.user.is_authenticated
+
+    @admin.action(description="Revoke the selected tokens", permissions=["revoke"])
+    def revoke(self, request: HttpRequest, queryset: QuerySet) -> None:
+        revoked = sum(token_revoke(token=token, actor=request.user) for token in queryset)  # type: ignore[misc]
+        self.message_user(request, f"{revoked} token(s) revoked.", messages.SUCCESS)

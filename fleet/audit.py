@@ -21,6 +21,7 @@ from django.db.models.fields.files import FieldFile
 from django.utils import timezone
 
 from fleet.models import AuditAction, AuditEvent, AuditSource
+from fleet.request_context import current_request_id
 
 
 @dataclass(frozen=True)
@@ -124,8 +125,35 @@ def audit_event(
         object_repr=str(obj)[:200],
         changes=changes or {},
         message=message[:500],
+        request_id=current_request_id(),
         **actor_fields(actor),
     )
+
+
+# Column order of :func:`audit_rows_write`'s tuples.
+AUDIT_ROW_FIELDS = ("at", "actor_id", "actor_name", "source", "action", "content_type_id", "object_id", "object_repr",
+                    "changes", "message", "request_id")
+
+
+def audit_row_maker(*, actor: Actor | None, action: str, content_type: ContentType, message: str = "",
+                    at: dt.datetime | None = None) -> Any:
+    """``make(obj, changes)`` -> one audit row (a tuple in :data:`AUDIT_ROW_FIELDS` order) of many alike:
+    what :func:`audit_event` builds, without a model instance per row (a 5,000-GPU import's create events)."""
+    who = actor_fields(actor)
+    head = (at or timezone.now(), getattr(who["actor"], "pk", None), who["actor_name"], current_source(), action,
+            content_type.pk)
+    tail = (message[:500], current_request_id())
+
+    def make(obj: models.Model, changes: dict[str, Any]) -> tuple:
+        return (*head, str(obj.pk), str(obj)[:200], changes, *tail)
+
+    return make
+
+
+def audit_rows_write(rows: Iterable[tuple]) -> None:
+    from fleet import bulk
+
+    bulk.insert_values(AuditEvent, AUDIT_ROW_FIELDS, rows)
 
 
 def audit_write(**kwargs: Any) -> AuditEvent:
@@ -185,6 +213,22 @@ def audited_delete(*, obj: models.Model, actor: Actor | None) -> None:
     event = audit_event(actor=actor, action=AuditAction.DELETE, obj=obj, changes=diff(snapshot(obj), {}))
     obj.delete()
     event.save()
+
+
+def audit_account_event(*, username: str, action: str, message: str, actor: Actor | None = None) -> AuditEvent:
+    """Audit something that happened to a user account (a lockout, a token revoked), whether or not an
+    account of that name exists: an unknown name is recorded on the user model with an empty object id."""
+    from django.contrib.auth import get_user_model
+
+    user_model = get_user_model()
+    user = user_model._default_manager.filter(**{user_model.USERNAME_FIELD: username}).first()
+    event = AuditEvent(
+        at=timezone.now(), source=current_source(), action=action,
+        content_type=ContentType.objects.get_for_model(user_model),
+        object_id=str(user.pk) if user is not None else "", object_repr=username[:200],
+        message=message[:500], request_id=current_request_id(), **actor_fields(actor))
+    event.save()
+    return event
 
 
 def audit_prune(*, older_than_days: int) -> int:

@@ -1,10 +1,17 @@
-"""FilterSets of fleet's API lists: the audit trail and background jobs."""
+"""FilterSets of fleet's API lists (the audit trail and background jobs), and the strict filter backend every
+API list uses: an unknown query parameter is a 400."""
 
 from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Collection, Iterable
+from typing import Any
 
 import django_filters
 from django.contrib.contenttypes.models import ContentType
 from django.db.models import QuerySet
+from django_filters.rest_framework import DjangoFilterBackend
+from django_filters.utils import translate_validation
 from rest_framework.exceptions import ValidationError
 
 from fleet.models import AuditAction, AuditEvent, AuditSource, Job, JobStatus
@@ -37,3 +44,87 @@ class JobFilter(django_filters.FilterSet):
     class Meta:
         model = Job
         fields = ["kind", "status"]
+
+
+# --- strict query parameters: an unknown one is a 400, never a silently unfiltered answer -----------------
+
+# Query parameters every API list or object takes besides its filters (pagination, the response format).
+API_COMMON_PARAMS = frozenset({"cursor", "page_size", "format"})
+# The HTML lists' own: keyset pages, sort order, and the cache-buster htmx may add.
+HTML_COMMON_PARAMS = frozenset({"after", "sort", "page", "format", "_"})
+# PostgreSQL takes UTC offsets up to +-15:59; Python up to +-23:59.
+MAX_UTC_OFFSET = dt.timedelta(hours=15, minutes=59)
+
+
+def filter_param_names(filterset: django_filters.FilterSet) -> set[str]:
+    """The query parameters ``filterset`` reads: its filters' names, with a range filter's suffixes
+    (``at_after`` / ``at_before``)."""
+    names: set[str] = set()
+    for name, field in filterset.form.fields.items():
+        suffixes = getattr(field.widget, "suffixes", None)
+        names.update((f"{name}_{suffix}" if suffix else name) for suffix in suffixes) if suffixes else names.add(name)
+    return names
+
+
+def unknown_param_errors(params: Iterable[str], known: Collection[str]) -> dict[str, list[str]]:
+    """``{param: [message]}`` for every parameter not in ``known`` (empty when all are known)."""
+    listing = ", ".join(sorted(known)) or "none"
+    return {name: [f"Unknown query parameter. Known here: {listing}."] for name in sorted(set(params) - set(known))}
+
+
+def reject_unknown_params(params: Iterable[str], known: Collection[str]) -> None:
+    """Raise a 400 (DRF ValidationError) naming every unknown query parameter."""
+    if errors := unknown_param_errors(params, known):
+        raise ValidationError(errors)
+
+
+def offset_errors(cleaned: dict[str, Any]) -> dict[str, list[str]]:
+    """Datetimes whose UTC offset PostgreSQL refuses (beyond +-15:59): a 400, not a database error."""
+    errors: dict[str, list[str]] = {}
+    for name, value in cleaned.items():
+        values = [value.start, value.stop] if isinstance(value, slice) else [value]
+        for item in values:
+            offset = item.utcoffset() if isinstance(item, dt.datetime) else None
+            if offset is not None and abs(offset) > MAX_UTC_OFFSET:
+                errors[name] = ["The UTC offset must be between -15:59 and +15:59."]
+    return errors
+
+
+class StrictFilterBackend(DjangoFilterBackend):
+    """django-filter's backend, strict: a query parameter that is neither a filter of the view's FilterSet
+    nor a pagination or format parameter is a 400 naming it (``GET /gpus/?serial=X`` without a ``serial``
+    filter would otherwise answer the unfiltered first page). A view may name extra parameters it reads
+    itself in ``extra_query_params``. Every API list and object goes through it (the default backend)."""
+
+    def known_params(self, request: Any, queryset: QuerySet, view: Any) -> set[str]:
+        known = set(API_COMMON_PARAMS) | set(getattr(view, "extra_query_params", ()))
+        paginator = getattr(view, "paginator", None)
+        for attr in ("cursor_query_param", "page_size_query_param", "page_query_param", "limit_query_param",
+                     "offset_query_param"):
+            if name := getattr(paginator, attr, None):
+                known.add(name)
+        filterset = self.get_filterset(request, queryset, view)
+        if filterset is not None:
+            known |= filter_param_names(filterset)
+        return known
+
+    def filter_queryset(self, request: Any, queryset: QuerySet, view: Any) -> QuerySet:
+        reject_unknown_params(request.query_params.keys(), self.known_params(request, queryset, view))
+        filterset = self.get_filterset(request, queryset, view)
+        if filterset is None:
+            return queryset
+        if not filterset.is_valid() and self.raise_exception:
+            raise translate_validation(filterset.errors)
+        if errors := offset_errors(filterset.form.cleaned_data):
+            raise ValidationError(errors)
+        return filterset.qs
+
+
+def strict_html_filter(filterset: django_filters.FilterSet, params: Iterable[str], extra: Iterable[str] = ()) -> bool:
+    """The HTML lists' side of the rule: every unknown query parameter becomes an error of the filter form
+    (shown above the list, which then shows nothing). True when every parameter is known."""
+    errors = unknown_param_errors(params, filter_param_names(filterset) | HTML_COMMON_PARAMS | set(extra))
+    form_errors = filterset.form.errors  # validates the form first
+    for name, messages in errors.items():
+        form_errors[name] = filterset.form.error_class(messages)
+    return not errors

@@ -21,6 +21,8 @@ class AuditAction(models.TextChoices):
     TRANSITION = "transition"
     MOVE = "move"
     IMPORT = "import"
+    LOCKOUT = "lockout"
+    REVOKE = "revoke"
 
 
 class AuditEvent(models.Model):
@@ -39,6 +41,8 @@ class AuditEvent(models.Model):
     object_repr = models.CharField(max_length=200)
     changes = models.JSONField(default=dict, blank=True)
     message = models.CharField(max_length=500, blank=True)
+    request_id = models.CharField(max_length=64, blank=True, default="", db_default="",
+                                  help_text="X-Request-ID of the request that made it")
 
     class Meta:
         ordering = ["-at", "-id"]
@@ -109,3 +113,34 @@ class JobChunk(models.Model):
 
     def __str__(self) -> str:
         return f"{self.job} chunk {self.index}"
+
+
+class TokenScope(models.TextChoices):
+    FULL = "full", "Full (what the user's role allows)"
+    READ = "read", "Read-only"
+    PUSH = "push", "Telemetry push only"
+
+
+class ApiToken(models.Model):
+    """An API token a user issued for a script, dashboard or exporter: scoped, expiring, revocable.
+
+    Only a SHA-256 of the key is stored; the key is shown once, when it is created. Sent as DRF's
+    ``Authorization: Token <key>`` (``fleet.tokens.ScopedTokenAuthentication``).
+    """
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens")
+    name = models.CharField(max_length=100)
+    key_hash = models.CharField(max_length=64, unique=True)
+    prefix = models.CharField(max_length=8, help_text="First characters of the key, to recognise it")
+    scope = models.CharField(max_length=8, choices=TokenScope.choices, default=TokenScope.FULL)
+    created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField(null=True, blank=True, help_text="Empty: never expires")
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-id"]
+        indexes = [models.Index(fields=["user", "-id"], name="apitoken_user_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.prefix}…, {self.scope})"

@@ -9,16 +9,32 @@ from uuid import UUID
 
 from django.core import signing
 from django.db.models import F, Q, QuerySet
+from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.pagination import CursorPagination
 
 
 class IdCursorPagination(CursorPagination):
-    """Cursor pagination on the primary key: constant cost at any depth, no COUNT(*)."""
+    """Cursor pagination on the primary key: constant cost at any depth, no COUNT(*).
+
+    A cursor that is not one this API handed out is a 400 naming ``cursor`` (DRF answers 404, and a
+    cursor whose position is not an id would reach the database).
+    """
 
     ordering = "id"
     page_size = 50
     page_size_query_param = "page_size"
     max_page_size = 1000
+
+    def decode_cursor(self, request: Any) -> Any:
+        try:
+            cursor = super().decode_cursor(request)
+            ordering = (self.ordering,) if isinstance(self.ordering, str) else tuple(self.ordering)
+            if cursor is not None and cursor.position is not None and ordering[0].lstrip("-") in ("id", "pk"):
+                int(cursor.position)
+        except (NotFound, ValueError):
+            raise ValidationError({self.cursor_query_param: ["Not a cursor this API handed out: follow the "
+                                                             "next and previous links."]}) from None
+        return cursor
 
 
 # --- keyset pagination for HTML lists -----------------------------------------------------------------

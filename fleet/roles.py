@@ -22,7 +22,7 @@ _IMPLIES: dict[str, set[str]] = {
 }
 
 # Apps whose models the roles act on in the Django admin.
-_ADMIN_APPS = ("inventory", "telemetry", "fleet", "decommission")
+_ADMIN_APPS = ("inventory", "telemetry", "fleet", "procurement", "decommission")
 
 
 def user_roles(user: AbstractBaseUser | AnonymousUser | None) -> set[str]:

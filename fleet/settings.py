@@ -10,6 +10,7 @@ from pathlib import Path
 import dj_database_url
 
 from firmware.schedule import BEAT_SCHEDULE as FIRMWARE_BEAT_SCHEDULE
+from fleet.logs import logging_config
 from inventory.telemetry.schedule import BEAT_SCHEDULE as TELEMETRY_BEAT_SCHEDULE
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -66,6 +67,7 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "fleet.observability.RequestMiddleware",  # first: the request id and metrics cover every response
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -193,7 +195,7 @@ FLEET_TELEMETRY_ROLLUP_GRACE = int(os.environ.get("FLEET_TELEMETRY_ROLLUP_GRACE"
 # --- REST API ------------------------------------------------------------------------------------
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "rest_framework.authentication.TokenAuthentication",
+        "fleet.tokens.ScopedTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["fleet.roles.RolePermission"],
@@ -250,12 +252,71 @@ CELERY_BEAT_SCHEDULE = {
     **FIRMWARE_BEAT_SCHEDULE,
 }
 
-LOGGING = {
-    "version": 1,
-    "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
-    "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
+# --- issue12b: abuse limits, tokens, metrics, probes, structured logs ---------------------------------------
+# The cache keeps the sign-in throttle's counters where every gunicorn worker sees them: Redis when REDIS_URL
+# is set, else a database table (`make setup` runs createcachetable).
+CACHES = {
+    "default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL,
+                "KEY_PREFIX": "fleet"} if REDIS_URL else
+    {"BACKEND": "django.core.cache.backends.db.DatabaseCache", "LOCATION": "fleet_cache"},
 }
+
+# --- issue8: the shared execution layer and the rollout engine's fault handling ---
+# A request whose answer was lost is never sent again before the BMC has had this long to act on it (longer than
+# its worst processing time); then the BMC is asked what it did (fleet/execution.py settle; docs/firmware.md).
+FLEET_BMC_SETTLE_SECONDS = float(os.environ.get("FLEET_BMC_SETTLE_SECONDS", "60"))
+FLEET_BMC_SETTLE_SECONDS_BY_CLASS = {k.strip(): float(v) for k, _, v in (
+    item.rpartition("=") for item in env_list("FLEET_BMC_SETTLE_SECONDS_BY_CLASS")) if k.strip()}
+# After a reset the engine sent, 404s and refused connections from that BMC are infrastructure (it is booting).
+FLEET_BMC_BOOT_GRACE_SECONDS = float(os.environ.get("FLEET_BMC_BOOT_GRACE_SECONDS", "300"))
+# Internal errors of a step (not the BMC): retried with backoff this many times, then the target is inconclusive.
+FLEET_ROLLOUT_INTERNAL_ATTEMPTS = int(os.environ.get("FLEET_ROLLOUT_INTERNAL_ATTEMPTS", "5"))
+# An update task the BMC aborted (it rebooted under it) is sent again at most this many times in all.
+FLEET_ROLLOUT_ABORTED_ATTEMPTS = int(os.environ.get("FLEET_ROLLOUT_ABORTED_ATTEMPTS", "3"))
+
+# --- issue12a: the API contract (docs/api.md) ---
+# Every API list takes only the query parameters it knows (an unknown one is a 400 naming it); every error
+# is one of two JSON shapes; every operation's schema documents the error statuses it can answer.
+REST_FRAMEWORK["DEFAULT_FILTER_BACKENDS"] = ["fleet.filters.StrictFilterBackend"]
+REST_FRAMEWORK["EXCEPTION_HANDLER"] = "fleet.api_errors.exception_handler"
+REST_FRAMEWORK["DEFAULT_SCHEMA_CLASS"] = "fleet.api_errors.FleetAutoSchema"
+
+# --- issue12b (continued) ---
+# Sign-in (/login/, /api/v1/auth/token/): attempts per client per minute; wrong passwords that lock an account
+# or a client; how long a lock lasts (s). Checked before the password is hashed.
+FLEET_LOGIN_CLIENT_RATE = int(os.environ.get("FLEET_LOGIN_CLIENT_RATE", "30"))
+FLEET_LOGIN_ACCOUNT_FAILURES = int(os.environ.get("FLEET_LOGIN_ACCOUNT_FAILURES", "5"))
+FLEET_LOGIN_CLIENT_FAILURES = int(os.environ.get("FLEET_LOGIN_CLIENT_FAILURES", "20"))
+FLEET_LOGIN_LOCKOUT_SECONDS = int(os.environ.get("FLEET_LOGIN_LOCKOUT_SECONDS", "900"))
+# The request header carrying the client's address behind a proxy (e.g. HTTP_X_FORWARDED_FOR); empty: REMOTE_ADDR.
+FLEET_CLIENT_IP_HEADER = os.environ.get("FLEET_CLIENT_IP_HEADER", "")
+# API tokens: lifetime of a token made by /api/v1/auth/token/ without expires_in_days (0: never expires), and
+# the views a push-only token may POST to.
+FLEET_TOKEN_DEFAULT_DAYS = int(os.environ.get("FLEET_TOKEN_DEFAULT_DAYS", "90"))
+FLEET_PUSH_VIEW_NAMES = ("api:telemetry-prometheus", "api:telemetry-ingest")
+# /api/schema/ and /api/docs/ are for signed-in users unless this opens them.
+FLEET_PUBLIC_SCHEMA = env_bool("FLEET_PUBLIC_SCHEMA", False)
+if not FLEET_PUBLIC_SCHEMA:
+    SPECTACULAR_SETTINGS["SERVE_PERMISSIONS"] = ["rest_framework.permissions.IsAuthenticated"]
+# /metrics: a signed-in viewer or API token, or this scrape token (Authorization: Bearer <token>).
+FLEET_METRICS_TOKEN = os.environ.get("FLEET_METRICS_TOKEN", "")
+# prometheus_client's multiprocess mode (gunicorn workers and Celery processes share one directory); set
+# before prometheus_client is imported anywhere.
+os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", str(VAR_DIR / "prometheus"))
+Path(os.environ["PROMETHEUS_MULTIPROC_DIR"]).mkdir(parents=True, exist_ok=True)
+# Logs: plain text (default) or LOG_FORMAT=json, one object per line with the request id.
+LOG_FORMAT = os.environ.get("LOG_FORMAT", "text").strip().lower()
+LOGGING = logging_config(fmt=LOG_FORMAT, level=os.environ.get("LOG_LEVEL", "INFO"))
+CELERY_WORKER_HIJACK_ROOT_LOGGER = LOG_FORMAT != "json"  # json: the worker logs through LOGGING too
+
+# --- issue10: procurement (orders, RMA, spares forecasting) ---
+from procurement.schedule import BEAT_SCHEDULE as PROCUREMENT_BEAT_SCHEDULE  # noqa: E402
+
+CELERY_BEAT_SCHEDULE.update(PROCUREMENT_BEAT_SCHEDULE)
+# Purchase orders whose total is above this (in the order's currency) wait for an approver.
+PROCUREMENT_APPROVAL_THRESHOLD = int(os.environ.get("FLEET_PO_APPROVAL_THRESHOLD", "1000000"))
+# Default spares target: share of failures met from stock (type-2 service level); pools set their own.
+PROCUREMENT_TARGET_FILL_RATE = float(os.environ.get("FLEET_SPARES_FILL_RATE", "0.95"))
 
 # --- issue11: decommission (secure wipe, certificates, custody; docs/decommission.md) ---
 DECOMMISSION_SIGNING_KEY_DIR = os.environ.get("DECOMMISSION_SIGNING_KEY_DIR", str(VAR_DIR / "decommission-keys"))

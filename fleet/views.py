@@ -20,9 +20,11 @@ from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.cache import patch_vary_headers
+from django.utils.html import format_html
 from django_htmx.http import HttpResponseClientRedirect
 from django_htmx.middleware import HtmxDetails
 
+from fleet import api_errors
 from fleet.models import AuditAction, AuditEvent, AuditSource, Job
 from fleet.pagination import keyset_page
 from fleet.roles import OPERATOR, VIEWER, has_role
@@ -190,3 +192,15 @@ def job_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     """Progress of a background job; the progress partial polls itself every second until the job ends."""
     job = get_object_or_404(Job.objects.select_related("created_by"), pk=pk)
     return render_page(request, "fleet/job_detail.html", "job-progress", {"job": job, "errors": job.errors[:100]})
+
+
+def server_error(request: HttpRequest) -> HttpResponse:
+    """The 500 page (``handler500``): JSON under ``/api/``, a bare page elsewhere (no template, no
+    database: they may be what failed), both naming the request id the logs carry."""
+    if request.path.startswith(api_errors.API_PREFIX):
+        return api_errors.server_error(request)
+    request_id = getattr(request, "request_id", "") or ""
+    return HttpResponse(
+        format_html("<!doctype html><title>Server error</title><h1>Server error</h1>"
+                    "<p>Something went wrong on Fleet's side; it has been logged.</p>"
+                    "<p>Request id <code>{}</code></p>", request_id), status=500)

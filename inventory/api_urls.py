@@ -1,9 +1,9 @@
 """Inventory endpoints under ``/api/v1/``; composed into the ``api`` namespace by ``fleet.api_urls``."""
 
 from django.urls import path
-from rest_framework.authtoken.views import obtain_auth_token
 from rest_framework.routers import DefaultRouter
 
+from fleet.auth_views import TokenObtainView
 from inventory import api
 
 router = DefaultRouter()
@@ -24,6 +24,6 @@ router.register("firmware-observations", api.FirmwareObservationViewSet, basenam
 router.register("imports", api.ImportViewSet, basename="import")
 
 urlpatterns = [
-    path("auth/token/", obtain_auth_token, name="token"),
+    path("auth/token/", TokenObtainView.as_view(), name="token"),
     *router.urls,
 ]

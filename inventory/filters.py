@@ -9,6 +9,7 @@ from django.db.models import Q, QuerySet
 from django.forms.renderers import Jinja2
 from django.http import QueryDict
 
+from fleet.filters import filter_param_names, unknown_param_errors
 from fleet.views import compact_choices
 from inventory import selectors
 from inventory.identity import normalize_uuid
@@ -43,13 +44,28 @@ class GpuFilter(django_filters.FilterSet):
     masked = django_filters.BooleanFilter(field_name="identity_masked", label="Masked identity")
     unplaced = django_filters.BooleanFilter(field_name="server", lookup_expr="isnull", label="Not in a server")
     q = django_filters.CharFilter(method="filter_q", label="Serial, UUID, hostname or asset tag")
+    # Exact lookups for scripts (``?serial=X``): one GPU or none, never the first page of everything.
+    serial = django_filters.CharFilter(method="filter_exact", label="Serial (exact)")
+    uuid = django_filters.CharFilter(method="filter_uuid", label="UUID (exact, with or without GPU-)")
+    hostname = django_filters.CharFilter(field_name="server__hostname", method="filter_exact",
+                                         label="Hostname of its server (exact)")
+    asset_tag = django_filters.CharFilter(method="filter_exact", label="Asset tag (exact)")
 
     class Meta:
         model = Gpu
-        fields = ["site", "row", "rack", "server", "model", "state", "vbios", "driver", "masked", "unplaced", "q"]
+        fields = ["site", "row", "rack", "server", "model", "state", "vbios", "driver", "masked", "unplaced", "q",
+                  "serial", "uuid", "hostname", "asset_tag"]
 
     def filter_q(self, queryset: QuerySet[Gpu], name: str, value: str) -> QuerySet[Gpu]:
         return gpu_search(queryset, value)
+
+    def filter_exact(self, queryset: QuerySet[Gpu], name: str, value: str) -> QuerySet[Gpu]:
+        value = value.strip()
+        return queryset.filter(**{name: value.lower() if name == "server__hostname" else value})
+
+    def filter_uuid(self, queryset: QuerySet[Gpu], name: str, value: str) -> QuerySet[Gpu]:
+        uuid = normalize_uuid(value.strip())
+        return queryset.filter(uuid=uuid) if uuid else queryset.none()
 
 
 class ServerFilter(django_filters.FilterSet):
@@ -58,10 +74,15 @@ class ServerFilter(django_filters.FilterSet):
     rack = django_filters.ModelChoiceFilter(queryset=Rack.objects.all())
     unplaced = django_filters.BooleanFilter(field_name="rack", lookup_expr="isnull", label="Needs a rack position")
     q = django_filters.CharFilter(field_name="hostname", lookup_expr="startswith", label="Hostname")
+    hostname = django_filters.CharFilter(method="filter_hostname", label="Hostname (exact)")
+    serial = django_filters.CharFilter(field_name="serial", label="Serial (exact)")
 
     class Meta:
         model = Server
-        fields = ["site", "row", "rack", "platform", "nvlink_domain", "unplaced", "q"]
+        fields = ["site", "row", "rack", "platform", "nvlink_domain", "unplaced", "q", "hostname", "serial"]
+
+    def filter_hostname(self, queryset: QuerySet[Server], name: str, value: str) -> QuerySet[Server]:
+        return queryset.filter(hostname=value.strip().lower())
 
 
 def filter_has_criteria(filterset: django_filters.FilterSet) -> bool:
@@ -76,6 +97,8 @@ def gpu_ids_matching(params: QueryDict) -> list[int]:
     the whole fleet because a filter was empty or misspelt.
     """
     filterset = GpuFilter(params, queryset=Gpu.objects.all())
+    if unknown := unknown_param_errors(params.keys(), filter_param_names(filterset)):
+        raise ValidationError(unknown)
     if not filterset.is_valid():
         raise ValidationError(filterset.errors)
     if not filter_has_criteria(filterset):

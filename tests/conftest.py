@@ -37,8 +37,22 @@ def operator(users):
 def pytest_configure(config):
     from django.conf import settings
 
+    # (pyproject.toml's marker list is the lead's; the chaos marker of the rollout engine is registered here)
+    config.addinivalue_line("markers", "chaos: a chaos run of the rollout engine on real worker processes "
+                                       "(slow; `make test` runs it, `-m 'not chaos'` leaves it out)")
+
     # Hashing is not under test; PBKDF2's million rounds cost 0.3 s per user.
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture(autouse=True)
+def _cache_namespace(settings):
+    """A fresh cache key prefix per test: sign-in throttle counters (kept in Redis across runs and processes)
+    never carry from one test, or one run, to the next."""
+    import uuid
+
+    default = settings.CACHES["default"]
+    settings.CACHES = {**settings.CACHES, "default": {**default, "KEY_PREFIX": f"t{uuid.uuid4().hex[:12]}"}}
 
 
 @pytest.fixture

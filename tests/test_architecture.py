@@ -36,17 +36,6 @@ COMPOSITION_ROOT = {
     "fleet.management.commands.bootstrap",
 }
 
-# Allowed for now, and only for now: the rollout engine's circle through firmware/tasks.py (the tasks import
-# the engine, the engine sends its next steps through the tasks module) and the engine's private helpers shared
-# between its own modules. The engine-safety issue removes both, and these entries with them.
-ENGINE = ("firmware.tasks", "firmware.services.rollout", "firmware.services.gates", "firmware.services.engine",
-          "firmware.lifecycle")
-
-
-def in_engine(module: str) -> bool:
-    return any(module == prefix or module.startswith(prefix + ".") for prefix in ENGINE)
-
-
 def app_of(module: str) -> str:
     if module == "inventory.telemetry" or module.startswith("inventory.telemetry."):
         return "telemetry"
@@ -154,7 +143,7 @@ def test_the_check_sees_the_project():
 
 
 def test_no_import_circles():
-    bad = [component for component in circles() if not all(in_engine(module) for module in component)]
+    bad = circles()
     assert not bad, "import circles (see docs/architecture.md):\n" + "\n".join(" <-> ".join(c) for c in bad)
 
 
@@ -181,7 +170,7 @@ def test_no_upward_or_sideways_imports_between_apps():
 def test_no_private_names_across_modules():
     bad = [f"{module}:{line} imports {name} from {target}"
            for module in MODULES for target, name, line in imports_of(module)
-           if name.startswith("_") and not name.startswith("__") and not (in_engine(module) and in_engine(target))]
+           if name.startswith("_") and not name.startswith("__")]
     assert not bad, "private names used outside their module (make them public or fold them):\n" + "\n".join(bad)
 
 

@@ -29,6 +29,7 @@ from firmware.selectors import labels as label_selectors
 from firmware.services import catalog as services
 from firmware.services.compliance import compliance_recompute
 from fleet.api import FleetAutoSchema
+from fleet.filters import reject_unknown_params
 from fleet.roles import APPROVER, OPERATOR
 
 
@@ -165,9 +166,11 @@ class DriftReportView(APIView):
 
     @extend_schema(responses=s.DriftReportSerializer)
     def get(self, request: Request) -> Response:
+        reject_unknown_params(request.query_params.keys(), ("format",))
         data = {"computed_at": selectors.compliance_computed_at(), "counts": drift_selectors.drift_counts(),
                 "mixed_nvlink_domains": drift_selectors.mixed_nvlink_domains(),
-                "mixed_pools": drift_selectors.mixed_pools()}
+                "mixed_pools": drift_selectors.mixed_pools(),
+                "rollout_exceptions": drift_selectors.rollout_exceptions()}
         return Response(s.DriftReportSerializer(data).data)
 
 
@@ -197,6 +200,7 @@ class LabelsView(APIView):
     @extend_schema(parameters=[OpenApiParameter("format", OpenApiTypes.STR, enum=list(label_selectors.FORMATS))],
                    responses={(200, "text/plain"): OpenApiResponse(OpenApiTypes.STR, description="One line per node")})
     def get(self, request: Request) -> StreamingHttpResponse:
+        reject_unknown_params(request.query_params.keys(), ("format",))
         fmt = "kubernetes" if request.accepted_renderer.format == "kubernetes" else "slurm"
         response = StreamingHttpResponse(label_selectors.label_lines(fmt), content_type="text/plain; charset=utf-8",
                                          status=status.HTTP_200_OK)

@@ -60,7 +60,7 @@ class BundleItemSerializer(serializers.ModelSerializer):
 class BundleSerializer(serializers.ModelSerializer):
     releases = serializers.PrimaryKeyRelatedField(queryset=Release.objects.all(), many=True, write_only=True)
     items = BundleItemSerializer(many=True, read_only=True)
-    created_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    created_by = serializers.SlugRelatedField(slug_field="username", read_only=True, allow_null=True)
 
     class Meta:
         model = Bundle
@@ -70,12 +70,16 @@ class BundleSerializer(serializers.ModelSerializer):
 
 
 class BaselineSerializer(serializers.ModelSerializer):
-    approved_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    approved_by = serializers.SlugRelatedField(slug_field="username", read_only=True, allow_null=True,
+                                               help_text="Null while proposed")
+    created_by = serializers.SlugRelatedField(slug_field="username", read_only=True, allow_null=True,
+                                              help_text="Who proposed it (cannot approve it); null: the system")
 
     class Meta:
         model = Baseline
-        fields = ["id", "bundle", "platform", "pool", "valid_from", "valid_to", "approved_by", "created_at"]
-        read_only_fields = ["platform", "approved_by", "created_at"]
+        fields = ["id", "bundle", "platform", "pool", "valid_from", "valid_to", "approved_by", "created_by",
+                  "created_at"]
+        read_only_fields = ["platform", "approved_by", "created_by", "created_at"]
         extra_kwargs = {"valid_from": {"required": False}}
         validators: list = []
 
@@ -139,11 +143,22 @@ class MixedFindingSerializer(serializers.Serializer):
     tuples = TupleCountSerializer(many=True)
 
 
+class RolloutExceptionSerializer(serializers.Serializer):
+    rollout_id = serializers.IntegerField()
+    rollout__name = serializers.CharField()
+    server_id = serializers.IntegerField()
+    server__hostname = serializers.CharField()
+    error_class = serializers.CharField()
+    last_error = serializers.CharField()
+
+
 class DriftReportSerializer(serializers.Serializer):
     computed_at = serializers.DateTimeField(allow_null=True)
     counts = DriftCountSerializer(many=True)
     mixed_nvlink_domains = MixedFindingSerializer(many=True)
     mixed_pools = MixedFindingSerializer(many=True)
+    rollout_exceptions = RolloutExceptionSerializer(many=True, help_text="Servers left behind by rollouts "
+                                                    "completed with exceptions (infra-failed or inconclusive)")
 
 
 class RecomputeSerializer(serializers.Serializer):

@@ -19,13 +19,14 @@ from rest_framework.exceptions import PermissionDenied
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from firmware.lifecycle import ROLLOUT_ACTIONS
 from firmware.models import Bundle, ErrorClass, Rollout, RolloutTarget, TargetState
 from firmware.selectors.rollout import rollout_progress_json, rollout_targets
 from firmware.selectors.rollout_pages import rollout_list
 from firmware.services import rollout as services
 from firmware.services.plan import StrategySerializer, plan_preview
 from fleet.api import ErrorSerializer, FleetAutoSchema
-from fleet.roles import APPROVER, VIEWER
+from fleet.roles import VIEWER
 
 # --- serializers ------------------------------------------------------------------------------------------------
 
@@ -191,7 +192,10 @@ def _action_schema(request: Any = None, response: Any = RolloutSerializer, **kwa
 class RolloutViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
     schema = FleetAutoSchema()
     serializer_class = RolloutSerializer
-    required_roles = {"approve": APPROVER, "preview": VIEWER}  # a dry run writes nothing
+    # Who may take each action: firmware.lifecycle's table ("plan" here is the GET of the plan); a dry run
+    # writes nothing.
+    required_roles = {**{name: a.role for name, a in ROLLOUT_ACTIONS.items() if name != "plan"}, "preview": VIEWER,
+                      "plan": VIEWER, "progress": VIEWER, "exceptions": VIEWER}
     filterset_fields = ["state"]
 
     def get_queryset(self) -> QuerySet[Rollout]:
@@ -284,6 +288,21 @@ class RolloutViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.
         data.is_valid(raise_exception=True)
         return self._respond(services.rollout_abort(rollout=self.get_object(), actor=request.user,
                                                     reason=data.validated_data["reason"]))
+
+    @_action_schema()
+    @action(detail=True, methods=["post"])
+    def retry_exceptions(self, request: Request, pk: str | None = None) -> Response:
+        """A rollout completed with exceptions: its infra-failed and inconclusive targets go through the engine
+        again, in a new wave (operators; 409 in any other state)."""
+        return self._respond(services.rollout_retry_exceptions(rollout=self.get_object(), actor=request.user))
+
+    @extend_schema(responses=RolloutTargetSerializer(many=True))
+    @action(detail=True, methods=["get"])
+    def exceptions(self, request: Request, pk: str | None = None) -> Response:
+        """The targets the rollout left behind that were not the firmware's fault (infra) or are not known
+        (inconclusive), with their evidence (``last_error``)."""
+        targets = services.exception_targets(self.get_object()).select_related("server", "wave").order_by("id")
+        return Response(RolloutTargetSerializer(targets[:1000], many=True).data)
 
     @extend_schema(request=None, responses={201: RolloutSerializer, 409: CONFLICT})
     @action(detail=True, methods=["post"])

@@ -193,6 +193,10 @@ class Baseline(models.Model):
     valid_to = models.DateTimeField(null=True, blank=True)
     approved_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT,
                                     related_name="+")
+    # Who proposed it (None: the system, or a baseline older than the two-person rule). Two-person rule, as
+    # for rollouts: whoever proposed a baseline cannot approve it.
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT,
+                                   related_name="+")
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -200,6 +204,8 @@ class Baseline(models.Model):
         constraints = [
             models.CheckConstraint(condition=Q(valid_to__isnull=True) | Q(valid_to__gt=models.F("valid_from")),
                                    name="baseline_window_ordered"),
+            models.CheckConstraint(condition=Q(approved_by__isnull=True) | Q(created_by__isnull=True)
+                                   | ~Q(approved_by=models.F("created_by")), name="baseline_two_person_rule"),
         ]
         indexes = [models.Index(fields=["platform", "valid_from"], name="baseline_platform_idx")]
 

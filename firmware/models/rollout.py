@@ -9,6 +9,7 @@ from django.db import models
 from django.db.models import Q
 
 from firmware.models.catalog import Bundle, Release
+from fleet.execution import Leasable
 from inventory.models import Server, Site
 
 
@@ -20,6 +21,7 @@ class RolloutState(models.TextChoices):
     RUNNING = "running", "Running"
     PAUSED = "paused", "Paused"
     COMPLETED = "completed", "Completed"
+    COMPLETED_WITH_EXCEPTIONS = "completed_exc", "Completed with exceptions"
     ABORTED = "aborted", "Aborted"
     ROLLED_BACK = "rolled_back", "Rolled back"
 
@@ -119,7 +121,7 @@ TARGET_DONE = (TargetState.SUCCEEDED, TargetState.SKIPPED, TargetState.FAILED, T
                TargetState.ROLLED_BACK)
 
 
-class RolloutTarget(models.Model):
+class RolloutTarget(Leasable):
     """One unit of a rollout: a server (all its targeted components). Servers of one NVLink domain share a
     ``unit_key`` and always sit in the same wave."""
 
@@ -134,8 +136,6 @@ class RolloutTarget(models.Model):
     state = models.CharField(max_length=12, choices=TargetState.choices, default=TargetState.PENDING)
     version = models.PositiveIntegerField(default=0)
     item_index = models.PositiveSmallIntegerField(default=0, help_text="Bundle item being applied")
-    attempts = models.PositiveSmallIntegerField(default=0)
-    next_run_at = models.DateTimeField(null=True, blank=True)
     deadline_at = models.DateTimeField(null=True, blank=True, help_text="The current state gives up after this")
     work = models.JSONField(default=list, blank=True, help_text="Bundle items this server needs (from precheck)")
     bmc_task_uri = models.CharField(max_length=300, blank=True)

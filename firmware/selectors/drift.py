@@ -128,3 +128,15 @@ def mixed_nvlink_domains(*, limit: int = FINDINGS_SHOWN) -> list[MixedFinding]:
 def mixed_pools(*, limit: int = FINDINGS_SHOWN) -> list[MixedFinding]:
     """Scheduler pools whose servers do not share one firmware tuple."""
     return _findings("pool", "server__pools__id", "server__pools__name", limit)
+
+
+def rollout_exceptions(limit: int = FINDINGS_SHOWN) -> list[dict]:
+    """Servers that rollouts completed with exceptions left behind (infra-failed or inconclusive targets): they
+    may still be at the old firmware, or the engine could not tell."""
+    from firmware.lifecycle import RETRYABLE_ERROR_CLASSES
+    from firmware.models import RolloutState, RolloutTarget, TargetState
+
+    return list(RolloutTarget.objects.filter(rollout__state=RolloutState.COMPLETED_WITH_EXCEPTIONS,
+                                             state=TargetState.FAILED, error_class__in=RETRYABLE_ERROR_CLASSES)
+                .values("rollout_id", "rollout__name", "server_id", "server__hostname", "error_class", "last_error")
+                .order_by("rollout_id", "server__hostname", "id")[:limit])

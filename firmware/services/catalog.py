@@ -244,14 +244,16 @@ def baseline_create(*, bundle: Bundle, actor: Actor | None, pool: Pool | None = 
             f"Overlaps baseline #{clash.pk} ({clash.bundle}, {_window_text(clash.valid_from, clash.valid_to)}) "
             f"for {platform}, {scope}. End that baseline before this one starts.")})
     baseline = audited_create(model_class=Baseline, actor=actor, bundle=bundle, platform=platform, pool=pool,
-                              valid_from=valid_from, valid_to=valid_to)
+                              valid_from=valid_from, valid_to=valid_to,
+                              created_by=actor if getattr(actor, "is_authenticated", False) else None)
     assert isinstance(baseline, Baseline)
     return baseline
 
 
 @transaction.atomic
 def baseline_approve(*, baseline: Baseline, actor: Actor | None) -> Baseline:
-    """Put a proposed baseline in force. Refused when its bundle holds a revoked release."""
+    """Put a proposed baseline in force. Refused when its bundle holds a revoked release, and (two-person
+    rule, as for rollouts; the model has a constraint too) when ``actor`` proposed it."""
     baseline = Baseline.objects.select_for_update().get(pk=baseline.pk)
     if not baseline.proposed:
         return baseline
@@ -260,6 +262,9 @@ def baseline_approve(*, baseline: Baseline, actor: Actor | None) -> Baseline:
         raise ValidationError({"bundle": f"The bundle holds revoked releases: {', '.join(map(str, revoked))}."})
     if not getattr(actor, "is_authenticated", False):
         raise ValidationError("A baseline is approved by a person.")
+    if getattr(actor, "pk", None) == baseline.created_by_id:
+        raise ValidationError("Whoever proposed a baseline cannot approve it: a second person must.",
+                              code="two_person_rule")
     audited_update(obj=baseline, actor=actor, approved_by=actor)
     return baseline
 

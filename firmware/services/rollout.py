@@ -22,6 +22,7 @@ from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
+from firmware.lifecycle import RETRYABLE_ERROR_CLASSES, rollout_can
 from firmware.models import (
     Bundle,
     Channel,
@@ -37,25 +38,12 @@ from firmware.models import (
 )
 from firmware.models.rollout import TARGET_CANCELLABLE
 from firmware.services.plan import Plan, Strategy, plan_preview, selector_filter, strategy_parse
-from fleet import bulk
+from fleet import bulk, dispatch
 from fleet.audit import Actor, SystemActor, audit_write
 from fleet.models import AuditAction
 from fleet.roles import APPROVER, has_role
 
 ENGINE = SystemActor("rollout-engine")
-
-ALLOWED: dict[str, set[str]] = {
-    RolloutState.DRAFT: {RolloutState.PLANNED, RolloutState.ABORTED},
-    RolloutState.PLANNED: {RolloutState.PLANNED, RolloutState.AWAITING_APPROVAL, RolloutState.ABORTED},
-    RolloutState.AWAITING_APPROVAL: {RolloutState.APPROVED, RolloutState.PLANNED, RolloutState.ABORTED},
-    RolloutState.APPROVED: {RolloutState.RUNNING, RolloutState.ABORTED},
-    RolloutState.RUNNING: {RolloutState.PAUSED, RolloutState.COMPLETED, RolloutState.ABORTED},
-    RolloutState.PAUSED: {RolloutState.RUNNING, RolloutState.ABORTED, RolloutState.ROLLED_BACK},
-    RolloutState.COMPLETED: {RolloutState.ROLLED_BACK},
-    RolloutState.ABORTED: {RolloutState.ROLLED_BACK},
-    RolloutState.ROLLED_BACK: set(),
-}
-
 
 class RolloutStateError(ValidationError):
     """The transition is not allowed from the rollout's current state (HTTP 409)."""
@@ -66,7 +54,7 @@ class RolloutConflict(RolloutStateError):
 
 
 def _check(rollout: Rollout, to_state: str, verb: str) -> None:
-    if to_state not in ALLOWED[rollout.state]:
+    if not rollout_can(rollout.state, to_state):
         raise RolloutStateError(f"Cannot {verb} a rollout that is {rollout.get_state_display().lower()}.",
                                 code="illegal_transition")
 
@@ -337,47 +325,6 @@ def rollout_rollback(*, rollout: Rollout, actor: Actor) -> Rollout:
                           previous_bundle=rollout.bundle, rollback_of=rollout)
 
 
-# --- release demotion ---------------------------------------------------------------------------------------
-
-def release_record_outcomes(*, release_ids: list[int], succeeded: bool) -> None:
-    """Count one target's outcome on each release it applied (firmware outcomes only: never infra errors)."""
-    if not release_ids:
-        return
-    field = "success_count" if succeeded else "failure_count"
-    Release.objects.filter(pk__in=release_ids).update(**{field: F(field) + 1})
-
-
-@transaction.atomic
-def release_check_demotion(*, release: Release, actor: Actor | None = ENGINE) -> bool:
-    """Revoke ``release`` when its firmware failures reach FLEET_DEMOTE_MIN_FAILURES and
-    FLEET_DEMOTE_FAILURE_RATIO of its outcomes, and pause every running rollout that uses it. Returns whether
-    it was demoted now."""
-    release = Release.objects.select_for_update().get(pk=release.pk)
-    total = release.success_count + release.failure_count
-    if release.channel == Channel.REVOKED or total == 0:
-        return False
-    ratio = release.failure_count / total
-    if release.failure_count < settings.FLEET_DEMOTE_MIN_FAILURES or ratio < settings.FLEET_DEMOTE_FAILURE_RATIO:
-        return False
-    reason = (f"demoted automatically: {release.failure_count} firmware failures in {total} updates "
-              f"({ratio:.0%})")
-    from firmware.services.catalog import release_set_channel
-
-    release_set_channel(release=release, channel=Channel.REVOKED, actor=actor, reason=reason)
-    rollouts_pause_using(release=release, reason=f"{release} was revoked ({reason})", actor=actor)
-    return True
-
-
-def rollouts_pause_using(*, release: Release, reason: str, actor: Actor | None) -> int:
-    """Pause every running rollout whose bundle holds ``release``. Returns how many paused."""
-    paused = 0
-    using = Rollout.objects.filter(state=RolloutState.RUNNING, bundle__items__release=release).values("id")
-    for rollout in Rollout.objects.select_for_update().filter(id__in=using).order_by("id"):
-        rollout_pause(rollout=rollout, actor=actor, reason=reason)
-        paused += 1
-    return paused
-
-
 # --- engine-side transitions (called by firmware.services.engine) ----------------------------------------------
 
 def rollout_engine_pause(*, rollout_id: int, reason: str) -> bool:
@@ -390,8 +337,48 @@ def rollout_engine_pause(*, rollout_id: int, reason: str) -> bool:
 
 
 def rollout_engine_complete(*, rollout: Rollout) -> Rollout:
+    """The last wave passed: completed, or completed with exceptions when targets failed on infrastructure or
+    stayed inconclusive (listed on the page, in the API and the drift report; ``rollout_retry_exceptions``)."""
+    exceptions = exception_targets(rollout).count()
+    if exceptions:
+        return _transition(rollout=rollout, to_state=RolloutState.COMPLETED_WITH_EXCEPTIONS, actor=ENGINE,
+                           verb="complete with exceptions", finished_at=timezone.now(),
+                           message=f"completed with {exceptions} target(s) failed on infrastructure or inconclusive")
     return _transition(rollout=rollout, to_state=RolloutState.COMPLETED, actor=ENGINE, verb="complete",
                        finished_at=timezone.now())
+
+
+def exception_targets(rollout: Rollout) -> Any:
+    """Targets a rollout left behind that were not the firmware's fault (infra) or not known (inconclusive)."""
+    return RolloutTarget.objects.filter(rollout=rollout, state=TargetState.FAILED,
+                                        error_class__in=RETRYABLE_ERROR_CLASSES)
+
+
+@transaction.atomic
+def rollout_retry_exceptions(*, rollout: Rollout, actor: Actor) -> Rollout:
+    """Send a rollout's exception targets through the engine again, in a new wave (one click on the page or
+    ``POST .../retry_exceptions/``): back to pending with fresh attempts; a side effect recorded earlier is
+    reconciled with the BMC, never sent blindly."""
+    _check(rollout, RolloutState.RUNNING, "retry the exceptions of")
+    _refuse_revoked(rollout)
+    ids = list(exception_targets(rollout).values_list("id", flat=True))
+    if not ids:
+        raise ValidationError("This rollout has no infra-failed or inconclusive targets to retry.",
+                              code="nothing_to_retry")
+    last = RolloutWave.objects.filter(rollout=rollout).order_by("-index").first()
+    index = (last.index + 1) if last else 0
+    now = timezone.now()
+    wave = RolloutWave.objects.create(rollout=rollout, index=index, name=f"retry {index}", planned=len(ids),
+                                      state=WaveState.RUNNING, started_at=now)
+    RolloutTarget.objects.filter(id__in=ids).update(
+        wave=wave, state=TargetState.PENDING, version=F("version") + 1, attempts=0, error_class="",
+        last_error="retry requested", next_run_at=None, finished_at=None, deadline_at=None, item_index=0,
+        bmc_task_uri="", lease_owner="", lease_until=None)
+    rollout = _transition(rollout=rollout, to_state=RolloutState.RUNNING, actor=actor, verb="retry exceptions",
+                          message=f"retrying {len(ids)} target(s) in {wave.name}", current_wave=index,
+                          finished_at=None)
+    _kick()
+    return rollout
 
 
 def infra_failures(rollout: Rollout) -> int:
@@ -399,73 +386,6 @@ def infra_failures(rollout: Rollout) -> int:
 
 
 def _kick() -> None:
-    """Run a tick as soon as the transaction commits (no wait for beat)."""
-    def send() -> None:
-        from firmware.tasks import rollout_tick_task
-
-        try:
-            rollout_tick_task.delay()
-        except Exception:  # noqa: BLE001, S110 - no broker: beat's next tick does the same
-            pass
-
+    """Run a tick as soon as the transaction commits (no wait for beat; no broker: beat's next tick does it)."""
     if not getattr(settings, "CELERY_TASK_ALWAYS_EAGER", False):
-        transaction.on_commit(send)
-
-
-# --- the demo ---------------------------------------------------------------------------------------------------
-
-DEMO_PREFIX = "Demo: "
-
-
-def rollout_demo_create(*, simulator_url: str, actor: Actor | None = None, servers: int = 16,
-                        bmc_prefix: str = "demo-", soak_seconds: int = 20) -> Rollout | None:
-    """A small rollout that progresses on its own in the demo: ``servers`` servers of a demo platform get BMCs on
-    the simulator (``{simulator_url}/bmc/{bmc_prefix}0001`` ...; start it with ``--bmcs N --prefix demo-``), a
-    one-release bundle takes their VBIOS to the newest release for the platform, and the rollout is created by the
-    first admin, approved by a demo approver (another person) and started; beat's tick does the rest.
-    Idempotent: returns the existing demo rollout, or None when the inventory has no platform with servers or
-    no VBIOS release for it. Call it after ``firmware_demo_seed``."""
-    from django.contrib.auth import get_user_model
-
-    from firmware.models import Rollout as RolloutModel
-    from firmware.services.catalog import bundle_create
-    from inventory import services as inventory_services
-    from inventory.models import Server, ServerPlatform
-
-    existing = RolloutModel.objects.filter(name__startswith=DEMO_PREFIX).order_by("id").first()
-    if existing is not None:
-        return existing
-    platform = (ServerPlatform.objects.filter(name="HGX H100 8-GPU", server__isnull=False).first()
-                or ServerPlatform.objects.filter(server__isnull=False).order_by("id").first())
-    if platform is None:
-        return None
-    release = (Release.objects.filter(component="gpu_vbios").exclude(channel=Channel.REVOKED)
-               .filter(Q(platforms=platform) | Q(platforms__isnull=True)).order_by("-version_key", "-id").first())
-    if release is None:
-        return None
-    users = get_user_model().objects
-    creator = users.filter(is_superuser=True).order_by("id").first()
-    approver = users.filter(groups__name=APPROVER, is_superuser=False).order_by("id").first()
-    if creator is None:
-        return None
-    chosen = list(Server.objects.filter(platform=platform).exclude(gpus__vbios_version=release.version)
-                  .distinct().order_by("id")[:servers])
-    if not chosen:
-        return None
-    with transaction.atomic():
-        for n, server in enumerate(chosen, start=1):
-            inventory_services.record_update(obj=server, actor=actor or creator,
-                                             bmc_address=f"{simulator_url.rstrip('/')}/bmc/{bmc_prefix}{n:04d}")
-        bundle = (Bundle.objects.filter(name=f"{DEMO_PREFIX}VBIOS {release.version}").first()
-                  or bundle_create(name=f"{DEMO_PREFIX}VBIOS {release.version}", platform=platform,
-                                   releases=[release], actor=creator, notes="The demo rollout's bundle."))
-        rollout = rollout_create(
-            name=f"{DEMO_PREFIX}VBIOS {release.version} on {len(chosen)} servers", bundle=bundle,
-            selector={"_server_ids": [s.pk for s in chosen]}, actor=creator,
-            strategy={"waves": [25, 100], "soak_seconds": soak_seconds, "retry": {"max_attempts": 5,
-                                                                        "backoff_seconds": [5, 15]}})
-        rollout = rollout_submit(rollout=rollout, actor=creator)
-        if approver is not None:
-            rollout = rollout_approve(rollout=rollout, actor=approver)
-            rollout = rollout_start(rollout=rollout, actor=creator)
-    return rollout
+        dispatch.send_on_commit("firmware.tasks.rollout_tick_task")

@@ -1,16 +1,6 @@
-"""A Redfish BMC simulator: many virtual BMCs behind one HTTP port, with firmware updates, tasks, resets,
-activation and fault injection. Pure stdlib, importable without Django settings.
+"""The BMC simulator moved to ``fleet.bmcsim`` (shared by firmware and decommission, with plugins); this name
+stays so ``python -m firmware.simulator`` and old imports keep working."""
 
-    from firmware.simulator import SimulatorServer
-    server = SimulatorServer(bmcs=64, task_seconds=2, seed=1)
-    url = server.start()           # http://127.0.0.1:<port>; BMC n is at f"{url}/bmc/bmc-{n:04d}"
-    server.stop()
+from fleet.bmcsim import ManualClock, Plugin, Simulator, SimulatorServer
 
-Also: ``python -m firmware.simulator --port 8100 --bmcs 64``, ``manage.py bmc_simulator``, and
-``firmware.simulator.testing`` (running_simulator, SimulatorProcess, SimulatorControl).
-"""
-
-from .server import SimulatorServer
-from .state import ManualClock, Simulator
-
-__all__ = ["ManualClock", "Simulator", "SimulatorServer"]
+__all__ = ["ManualClock", "Plugin", "Simulator", "SimulatorServer"]

@@ -1,3 +1,3 @@
-from .cli import main
+from fleet.bmcsim.cli import main
 
 main()

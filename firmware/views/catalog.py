@@ -239,7 +239,7 @@ def drift_report(request: HtmxHttpRequest) -> HttpResponse:
     if request.htmx and drilled:
         return render_page(request, "firmware/drift.html", "drift-devices", context)
     context.update(counts=drift_selectors.drift_counts(), domains=drift_selectors.mixed_nvlink_domains(),
-                   pools=drift_selectors.mixed_pools())
+                   pools=drift_selectors.mixed_pools(), exceptions=drift_selectors.rollout_exceptions())
     return render(request, "firmware/drift.html", context)
 
 

@@ -19,14 +19,16 @@ from django.urls import reverse
 from django.views.decorators.http import require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
+from firmware import lifecycle
 from firmware.forms import CAP_DOMAINS, RolloutForm
+from firmware.lifecycle import RolloutAction
 from firmware.models import Rollout, RolloutState
 from firmware.selectors import rollout_pages as selectors
 from firmware.services import rollout as services
 from firmware.services.plan import Plan, plan_preview, selector_filter, strategy_parse
 from fleet import selectors as fleet_selectors
 from fleet.pagination import keyset_page
-from fleet.roles import APPROVER, OPERATOR, has_role
+from fleet.roles import APPROVER, has_role
 from fleet.views import (
     HtmxHttpRequest,
     audit_query_for,
@@ -183,57 +185,24 @@ def rollout_preview(request: HtmxHttpRequest) -> HttpResponse:
 # --- the rollout page ---------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Action:
-    label: str
-    role: str
-    states: tuple[str, ...]
-    call: Callable[..., Any]
-    reason: str = ""  # "required", "optional" or "" (no reason asked)
-    confirm: str = ""
-    style: str = "secondary"
-
-
-_NOT_TERMINAL = tuple(s for s in RolloutState.values if s not in selectors.TERMINAL_STATES)
-
-ACTIONS: dict[str, Action] = {
-    "plan": Action("Re-plan", OPERATOR, (RolloutState.DRAFT, RolloutState.PLANNED),
-                   lambda r, u, why: services.rollout_plan(rollout=r, actor=u)),
-    "submit": Action("Submit for approval", OPERATOR, (RolloutState.PLANNED,),
-                     lambda r, u, why: services.rollout_submit(rollout=r, actor=u), style="primary"),
-    "approve": Action("Approve", APPROVER, (RolloutState.AWAITING_APPROVAL,),
-                      lambda r, u, why: services.rollout_approve(rollout=r, actor=u), style="primary"),
-    "reject": Action("Send back", APPROVER, (RolloutState.AWAITING_APPROVAL,),
-                     lambda r, u, why: services.rollout_reject(rollout=r, actor=u, reason=why), reason="optional"),
-    "start": Action("Start", OPERATOR, (RolloutState.APPROVED,),
-                    lambda r, u, why: services.rollout_start(rollout=r, actor=u), style="primary"),
-    "pause": Action("Pause", OPERATOR, (RolloutState.RUNNING,),
-                    lambda r, u, why: services.rollout_pause(rollout=r, actor=u, reason=why), reason="required"),
-    "resume": Action("Resume", OPERATOR, (RolloutState.PAUSED,),
-                     lambda r, u, why: services.rollout_resume(rollout=r, actor=u), style="primary"),
-    "abort": Action("Abort", OPERATOR, _NOT_TERMINAL,
-                    lambda r, u, why: services.rollout_abort(rollout=r, actor=u, reason=why), reason="optional",
-                    confirm="Abort this rollout? Targets not yet activating are cancelled; the others finish.",
-                    style="danger"),
-    "rollback": Action("Roll back", OPERATOR, (RolloutState.PAUSED, RolloutState.COMPLETED, RolloutState.ABORTED),
-                       lambda r, u, why: services.rollout_rollback(rollout=r, actor=u),
-                       confirm="Create a rollout back to the previous bundle for the servers this one activated?",
-                       style="danger"),
+# What each action of firmware.lifecycle.ROLLOUT_ACTIONS calls (the table says who may, and when).
+CALLS: dict[str, Callable[[Rollout, Any, str], Any]] = {
+    "plan": lambda r, u, why: services.rollout_plan(rollout=r, actor=u),
+    "submit": lambda r, u, why: services.rollout_submit(rollout=r, actor=u),
+    "approve": lambda r, u, why: services.rollout_approve(rollout=r, actor=u),
+    "reject": lambda r, u, why: services.rollout_reject(rollout=r, actor=u, reason=why),
+    "start": lambda r, u, why: services.rollout_start(rollout=r, actor=u),
+    "pause": lambda r, u, why: services.rollout_pause(rollout=r, actor=u, reason=why),
+    "resume": lambda r, u, why: services.rollout_resume(rollout=r, actor=u),
+    "retry_exceptions": lambda r, u, why: services.rollout_retry_exceptions(rollout=r, actor=u),
+    "abort": lambda r, u, why: services.rollout_abort(rollout=r, actor=u, reason=why),
+    "rollback": lambda r, u, why: services.rollout_rollback(rollout=r, actor=u),
 }
 
 
-def _actions(user: Any, rollout: Rollout) -> list[tuple[str, Action]]:
-    """The buttons this user gets for this rollout now: by role and by state; the approver is not the creator."""
-    shown = []
-    for name, action in ACTIONS.items():
-        if rollout.state not in action.states or not has_role(user, action.role):
-            continue
-        if name in ("approve", "reject") and user.pk == rollout.created_by_id:
-            continue
-        if name == "rollback" and rollout.previous_bundle_id is None:
-            continue
-        shown.append((name, action))
-    return shown
+def _actions(user: Any, rollout: Rollout) -> list[tuple[str, RolloutAction]]:
+    """The buttons this user gets for this rollout now (firmware.lifecycle decides)."""
+    return lifecycle.rollout_actions(user, rollout)
 
 
 def _strategy_summary(rollout: Rollout) -> list[tuple[str, str]]:
@@ -287,6 +256,8 @@ def _live_context(request: HtmxHttpRequest, rollout: Rollout,
         "progress": progress,
         "current": current,
         "failures": list(selectors.rollout_failures(rollout)[:50]),
+        "exceptions": (list(services.exception_targets(rollout).select_related("server").order_by("id")[:200])
+                       if rollout.state == RolloutState.COMPLETED_WITH_EXCEPTIONS else []),
         "actions": _actions(request.user, rollout),
         "awaits_other_approver": (rollout.state == RolloutState.AWAITING_APPROVAL
                                   and request.user.pk == rollout.created_by_id and has_role(request.user, APPROVER)),
@@ -323,8 +294,8 @@ def rollout_progress(request: HtmxHttpRequest, pk: int) -> HttpResponse:
 def rollout_action(request: HtmxHttpRequest, pk: int, action: str) -> HttpResponse:
     """One of ACTIONS through its service. htmx gets the live partial back with the outcome; a plain form post is
     redirected to the rollout page with a message."""
-    spec = ACTIONS.get(action)
-    if spec is None:
+    spec = lifecycle.ROLLOUT_ACTIONS.get(action)
+    if spec is None or action not in CALLS:
         raise Http404("No such action.")
     if not has_role(request.user, spec.role):
         raise PermissionDenied(f"{spec.label} needs the {spec.role} role.")
@@ -332,7 +303,7 @@ def rollout_action(request: HtmxHttpRequest, pk: int, action: str) -> HttpRespon
     reason = request.POST.get("reason", "").strip()[:500]
     notices: list[tuple[str, str]] = []
     try:
-        result = spec.call(rollout, request.user, reason)
+        result = CALLS[action](rollout, request.user, reason)
     except ValidationError as exc:  # RolloutStateError and RolloutConflict are ValidationErrors
         notices = [("error", f"{spec.label}: {message}") for message in exc.messages]
     else:

@@ -48,6 +48,8 @@ class ImportResultSerializer(serializers.Serializer):
     servers_created = serializers.ListField(child=serializers.CharField())
     models_created = serializers.ListField(child=serializers.CharField())
     errors = ImportErrorSerializer(many=True)
+    notices = ImportErrorSerializer(many=True, help_text="Harmless things read past, e.g. CSV columns a newer "
+                                    "nvidia-smi added that Fleet does not use")
     rows = serializers.ListField(child=serializers.DictField(), help_text="What the import does to each GPU")
     applied = serializers.BooleanField(help_text="False for a dry run or a file with errors")
     format = serializers.CharField(help_text="The file's format (detected when the request said auto)")
@@ -90,6 +92,7 @@ class ImportViewSet(viewsets.ViewSet):
             "servers_created": list(result.servers_created),
             "models_created": list(result.models_created),
             "errors": [_error(e) for e in result.errors],
+            "notices": [_error(n) for n in result.notices],
             "rows": list(result.rows),
             "format": getattr(result, "fmt", "") or data["format"],
         }

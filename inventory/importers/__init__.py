@@ -24,7 +24,7 @@ from inventory.importers.base import (
     decode_utf8,
 )
 from inventory.importers.fleet_csv import FLEET_CSV_COLUMNS, gpu_csv_rows, is_fleet_header, parse_fleet_csv
-from inventory.importers.nvsmi_csv import header_field, is_known_field, parse_nvidia_smi_csv
+from inventory.importers.nvsmi_csv import check_header, parse_nvidia_smi_csv
 from inventory.importers.nvsmi_xml import parse_nvidia_smi_xml
 
 __all__ = [
@@ -43,8 +43,8 @@ def sniff_format(text: str) -> str | None:
     names = [cell.strip().lower() for cell in first_line]
     if is_fleet_header(names):
         return FLEET_CSV
-    smi_names = [header_field(cell) for cell in first_line]
-    if smi_names and all(is_known_field(name) for name in smi_names):
+    smi_names, refusal = check_header(first_line)
+    if smi_names and refusal is None:
         return NVIDIA_SMI_CSV
     if any("." in name for name in smi_names) or {"name", "index", "pci.bus_id"} & set(smi_names):
         return NVIDIA_SMI_CSV  # nvidia-smi's, with a column it doesn't know: its parser names it

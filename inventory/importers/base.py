@@ -98,6 +98,8 @@ class ParseResult:
     fmt: str
     records: list[GpuRecord] = field(default_factory=list)
     errors: list[ImportError_] = field(default_factory=list)
+    # What was read past without harm (columns a newer driver added): shown with the preview, never an error.
+    notices: list[ImportError_] = field(default_factory=list)
 
 
 class RecordError(ValueError):

@@ -1,9 +1,12 @@
 """``nvidia-smi --query-gpu=... --format=csv[,nounits]`` output, with its header line.
 
 Headers carry units unless ``nounits`` (``memory.total [MiB]``); so do values (``81559 MiB``).
-``[N/A]`` and ``[Not Supported]`` are absent values. Telemetry columns operators add to the same
-query (``temperature.gpu``, ``power.draw``, ``utilization.gpu``, ...) are accepted and ignored;
-a name outside nvidia-smi's field families is an error naming the column.
+``[N/A]`` and ``[Not Supported]`` are absent values. Every driver release adds fields (590-610:
+``gsp.mode.current``, ``dramencryption.mode.current``, ``module.power.draw.average``, ``kmd_version``,
+``edpp_multiplier``, ``gpu.base.*``, ``bbx.time_run``, ...), so the header is read liberally: a well-formed
+field name Fleet does not import is ignored with a notice (:attr:`ParseResult.notices`). Only a header that
+is not nvidia-smi's (a cell that is not a field name, or no field Fleet knows at all), a column that
+appears twice, or a bad value in a column Fleet imports is an error.
 """
 
 from __future__ import annotations
@@ -48,7 +51,8 @@ MAPPED = {
 }
 _FIRMWARE = {FW_VBIOS, FW_DRIVER, FW_INFOROM_IMAGE, FW_INFOROM_OEM, FW_INFOROM_ECC, FW_INFOROM_PWR}
 
-# Real nvidia-smi fields Fleet does not import (telemetry, modes, counters): accepted and ignored.
+# Real nvidia-smi fields Fleet does not import (telemetry, modes, counters): what tells an nvidia-smi header
+# from another CSV's (a header needs at least one known field). Fields outside these families are ignored too.
 IGNORED_FIELDS = frozenset({
     "timestamp", "count", "pstate", "display_mode", "display_active", "display_attached", "persistence_mode",
     "compute_mode", "compute_cap", "addressing_mode", "accounting.buffer_size", "driver_model.current",
@@ -72,6 +76,37 @@ def header_field(cell: str) -> str:
 
 def is_known_field(name: str) -> bool:
     return name in MAPPED or name in IGNORED_FIELDS or name.startswith(IGNORED_PREFIXES)
+
+
+def is_field_name(name: str) -> bool:
+    """A well-formed nvidia-smi field name (``gsp.mode.current``, ``bbx.time_run``), known or not."""
+    return bool(_FIELD_NAME.match(name)) and ".." not in name and not name.endswith(".")
+
+
+NOT_A_HEADER = ("the first line is not an nvidia-smi header; run nvidia-smi with --query-gpu=... "
+                "--format=csv (or csv,nounits), without noheader")
+
+
+def check_header(header: list[str]) -> tuple[list[str], str | None]:
+    """The header's field names, and why it is not nvidia-smi's (``None`` when it is).
+
+    nvidia-smi's header is its field names, each with an optional ``[unit]``; at least one must be a field
+    Fleet knows, so another tool's CSV whose columns merely look like field names is not taken for it.
+    """
+    names = [header_field(cell) for cell in header]
+    if not all(is_field_name(name) for name in names) or not any(is_known_field(name) for name in names):
+        return names, NOT_A_HEADER
+    return names, None
+
+
+def ignored_notice(header: list[str], names: list[str], used: set[str]) -> str | None:
+    """One notice naming the columns that are read past (``None`` when every column is used)."""
+    ignored = [header[i].strip() for i, name in enumerate(names) if name not in used]
+    if not ignored:
+        return None
+    new = [cell for cell in ignored if not is_known_field(header_field(cell))]
+    return (f"{len(ignored)} column(s) ignored, Fleet does not use them here: {', '.join(ignored)}"
+            + (f" (not in the fields Fleet knows, from a newer driver?: {', '.join(new)})" if new else ""))
 
 
 def _set(record: GpuRecord, attr: str, raw: str, column: str) -> None:
@@ -105,22 +140,20 @@ def parse_nvidia_smi_csv(text: str, *, filename: str) -> ParseResult:
     if header is None or not any(cell.strip() for cell in header):
         result.errors.append(ImportError_(filename, 1, "header", "the file is empty"))
         return result
-    names = [header_field(cell) for cell in header]
-    if not all(_FIELD_NAME.match(name) for name in names):
-        result.errors.append(ImportError_(filename, 1, "header", "the first line is not a header; run nvidia-smi "
-                                          "with --format=csv (or csv,nounits), without noheader"))
+    names, refusal = check_header(header)
+    if refusal is not None:
+        result.errors.append(ImportError_(filename, 1, "header", refusal))
         return result
     seen: set[str] = set()
     for index, name in enumerate(names):
-        if not is_known_field(name):
-            result.errors.append(ImportError_(filename, 1, header[index].strip(),
-                                              f"unknown nvidia-smi field {name!r}"))
-        elif name in MAPPED:
+        if name in MAPPED:
             if MAPPED[name] in seen:
                 result.errors.append(ImportError_(filename, 1, header[index].strip(), "the column appears twice"))
             seen.add(MAPPED[name])
     if result.errors:
         return result
+    if (notice := ignored_notice(header, names, set(MAPPED))) is not None:
+        result.notices.append(ImportError_(filename, 1, "header", notice))
     fields = {MAPPED[name]: header[i].strip() for i, name in enumerate(names) if name in MAPPED}
     fields.setdefault("hostname", "server")
     columns = [(i, MAPPED[name]) for i, name in enumerate(names) if name in MAPPED]

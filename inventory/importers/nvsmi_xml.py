@@ -1,8 +1,9 @@
 """``nvidia-smi -q -x`` output (drivers 418 to 595): one :class:`GpuRecord` per ``<gpu>`` element.
 
-The parser is hardened: no DTD is loaded, no entity is expanded, no network is used, and a document
-whose DOCTYPE carries an internal subset or declares entities is refused before it is parsed (the
-real files carry only ``<!DOCTYPE nvidia_smi_log SYSTEM "nvsmi_device_v12.dtd">``, or no DOCTYPE).
+The document is read with Fleet's one hardened XML reader (:mod:`fleet.safexml`): no DTD is loaded, no
+entity is expanded, no network is used, and a DOCTYPE with an internal subset is refused before parsing
+and again after it (the real files carry only ``<!DOCTYPE nvidia_smi_log SYSTEM "nvsmi_device_v12.dtd">``,
+or no DOCTYPE).
 ``attached_gpus`` is not trusted (trimmed files say 4 and hold one ``<gpu>``); the elements are counted.
 Field mapping and driver quirks: ``shared/design/telemetry-formats.md`` §3 and §5.
 """
@@ -14,6 +15,7 @@ from collections.abc import Iterator
 
 from lxml import etree
 
+from fleet import safexml
 from inventory.identity import normalize_pci_bus_id
 from inventory.importers.base import (
     FW_DRIVER,
@@ -33,15 +35,6 @@ from inventory.importers.base import (
 )
 
 ROOT_TAG = "nvidia_smi_log"
-
-# The parser (an ``etree.XMLParser``: ``XMLPullParser`` is its streaming subclass) never loads a DTD,
-# never expands an entity, never uses the network, and keeps libxml2's size limits.
-HARDENED = {"resolve_entities": False, "no_network": True, "load_dtd": False, "dtd_validation": False,
-            "huge_tree": False}
-# No effect on what is read; fewer nodes to build (about 10% faster on 47 MB of v13 output).
-# Never add ``collect_ids=False``: with lxml 6.1 it makes the parser LOAD the external DTD despite
-# ``load_dtd=False`` (tests/inventory/test_importers.py::test_external_dtd_is_accepted_but_never_loaded).
-LEAN = {"remove_blank_text": True, "remove_comments": True, "remove_pis": True}
 _FEED_BYTES = 1 << 20
 
 FIELDS = {
@@ -63,30 +56,8 @@ _INFOROM = (("img_version", FW_INFOROM_IMAGE), ("oem_object", FW_INFOROM_OEM), (
             ("pwr_object", FW_INFOROM_PWR))
 _ZERO_PART = re.compile(r"^[0\-]+$")  # a10g's masked ``000-00000-0000-000``
 
-_FIRST_ELEMENT = re.compile(rb"<[A-Za-z_]")
-_SAFE_DOCTYPE = re.compile(
-    rb"""<!DOCTYPE\s+[A-Za-z_][\w.\-]*(?:\s+SYSTEM\s+(?:"[^"]*"|'[^']*')"""
-    rb"""|\s+PUBLIC\s+(?:"[^"]*"|'[^']*')\s+(?:"[^"]*"|'[^']*'))?\s*>"""
-)
-
-
 def _text(element: etree._Element | None) -> str | None:
     return None if element is None else clean(element.text)
-
-
-def refuse_dtd(content: bytes, filename: str) -> ImportError_ | None:
-    """Refuse an internal DTD subset or any entity declaration (billion laughs, XXE) before parsing."""
-    first = _FIRST_ELEMENT.search(content)
-    prolog = content[: first.start() if first else len(content)]
-    start = prolog.find(b"<!DOCTYPE")
-    if start >= 0 and not _SAFE_DOCTYPE.match(prolog, start):
-        line = prolog.count(b"\n", 0, start) + 1
-        return ImportError_(filename, line, "DOCTYPE", "the DOCTYPE has an internal subset or declares entities; "
-                                                       "refused (nvidia-smi writes only an external DTD name)")
-    if b"<!ENTITY" in prolog:
-        line = prolog.count(b"\n", 0, prolog.index(b"<!ENTITY")) + 1
-        return ImportError_(filename, line, "DOCTYPE", "the document declares entities; refused")
-    return None
 
 
 def _record(gpu: etree._Element, driver: str | None, filename: str, errors: list[ImportError_]) -> GpuRecord:
@@ -139,26 +110,24 @@ WHOLE_DOCUMENT_BYTES = 8 << 20
 def parse_nvidia_smi_xml(content: bytes, *, filename: str) -> ParseResult:
     """Parse ``nvidia-smi -q -x`` bytes (UTF-8, already checked): in one call when small, else streaming."""
     result = ParseResult(fmt=NVIDIA_SMI_XML)
-    if refused := refuse_dtd(content, filename):
-        result.errors.append(refused)
-        return result
     try:
+        doctype = safexml.check_prolog(content)
         if len(content) <= WHOLE_DOCUMENT_BYTES:
-            root = etree.fromstring(content, etree.XMLParser(**HARDENED, **LEAN))
+            root = etree.fromstring(content, safexml.parser())
             driver = clean(root.findtext("driver_version"))
             records = [_record(gpu, driver, filename, result.errors) for gpu in root.iterchildren("gpu")]
         else:
             root, driver, records = _stream(content, filename, result.errors)
+        safexml.check_tree(root, doctype)
+    except safexml.UnsafeXmlError as exc:
+        result.errors.append(ImportError_(filename, exc.line, "DOCTYPE", exc.message))
+        return result
     except etree.XMLSyntaxError as exc:
         result.errors.append(ImportError_(filename, exc.lineno or None, "XML", f"not well-formed XML: {exc.msg}"))
         return result
     if root.tag != ROOT_TAG:
         result.errors.append(ImportError_(filename, root.sourceline, "XML", f"not nvidia-smi -q -x output: the root "
                                                                          f"element is <{root.tag}>, not <{ROOT_TAG}>"))
-        return result
-    dtd = root.getroottree().docinfo.internalDTD
-    if dtd is not None and (any(True for _ in dtd.iterentities()) or any(True for _ in dtd.elements())):
-        result.errors.append(ImportError_(filename, 1, "DOCTYPE", "the DOCTYPE has an internal subset; refused"))
         return result
     if driver is not None:  # a driver_version after the <gpu> elements (never seen, but legal)
         for record in records:
@@ -189,7 +158,7 @@ def _stream(content: bytes, filename: str,
             while element.getprevious() is not None:
                 del parent[0]
 
-    parser = etree.XMLPullParser(events=("end",), tag=("gpu", "driver_version"), **HARDENED, **LEAN)
+    parser = safexml.pull_parser(events=("end",), tag=("gpu", "driver_version"))
     for start in range(0, len(content), _FEED_BYTES):
         parser.feed(content[start:start + _FEED_BYTES])
         take(parser.read_events())

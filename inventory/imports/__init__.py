@@ -84,6 +84,7 @@ def gpus_import_many(*, files: Sequence[ImportFile], fmt: str = "auto", actor: A
         parsed = importers.parse(file.content, filename=file.filename, fmt=fmt)
         formats.add(parsed.fmt)
         result.errors.extend(parsed.errors)
+        result.notices.extend(parsed.notices)
         for record in parsed.records:
             record.hostname = record.hostname or hint or None
             record.source = file.filename

@@ -15,7 +15,16 @@ from django.db.models import Q
 from django.utils import timezone
 
 from fleet import bulk
-from fleet.audit import Actor, actor_fields, audit_event, audit_write_many, diff, snapshot
+from fleet.audit import (
+    Actor,
+    actor_fields,
+    audit_event,
+    audit_row_maker,
+    audit_rows_write,
+    audit_write_many,
+    diff,
+    snapshot,
+)
 from fleet.models import AuditAction, AuditEvent
 from inventory.importers.base import FW_DRIVER, FW_INFOROM_IMAGE, FW_VBIOS, GpuRecord, ImportError_
 from inventory.models import (
@@ -55,6 +64,7 @@ class ImportResult:
     servers_created: list[str] = field(default_factory=list)
     models_created: list[str] = field(default_factory=list)
     errors: list[ImportError_] = field(default_factory=list)
+    notices: list[ImportError_] = field(default_factory=list)  # harmless things read past (new CSV columns)
     rows: list[dict[str, Any]] = field(default_factory=list)
     applied: bool = False
     fmt: str = ""
@@ -63,7 +73,8 @@ class ImportResult:
         """JSON-ready (``ImportRun.summary``, API responses)."""
         return {"created": self.created, "updated": self.updated, "moved": self.moved, "unchanged": self.unchanged,
                 "servers_created": self.servers_created, "models_created": self.models_created,
-                "errors": [e.as_dict() for e in self.errors], "rows": self.rows, "applied": self.applied,
+                "errors": [e.as_dict() for e in self.errors], "notices": [n.as_dict() for n in self.notices],
+                "rows": self.rows, "applied": self.applied,
                 "format": self.fmt}
 
 
@@ -359,15 +370,16 @@ class Import:
         created = [(plan, self._new_gpu(plan)) for plan in self.plans if plan.action == CREATE]
         bulk.insert(Gpu, [gpu for _, gpu in created], need_pk=True)
         states, installs = [], []  # plain rows: the same as gpu_create writes, without 2,000 model instances
+        created_event = audit_row_maker(actor=self.actor, action=AuditAction.CREATE, content_type=gpu_type,
+                                        message=self.reason, at=self.now)
+        created_events = []
         for plan, gpu in created:
             plan.gpu = gpu
             states.append((gpu.pk, "", gpu.state, name, self.reason, self.now))
             if gpu.server_id:
                 installs.append((gpu.pk, MoveKind.INSTALL.value, None, "", None, gpu.server_id, gpu.pci_bus_id,
                                  gpu.module_id, name, self.reason, self.now))
-            events.append(audit_event(actor=self.actor, action=AuditAction.CREATE, obj=gpu, at=self.now,
-                                      message=self.reason, content_type=gpu_type,
-                                      changes=_created(gpu)))
+            created_events.append(created_event(gpu, _created(gpu)))
 
         # 3. Known GPUs: field changes, then moves; one bulk_update per set of changed columns.
         groups: dict[frozenset[str], list[Gpu]] = {}
@@ -405,6 +417,7 @@ class Import:
                            installs)
         bulk.insert(GpuMove, moves)
         audit_write_many(events)
+        audit_rows_write(created_events)
         self._summarise()
 
     def _create_servers(self, events: list[AuditEvent]) -> None:

@@ -6,6 +6,7 @@ import datetime as dt
 from typing import Any
 
 from django.conf import settings
+from django.db import connection
 from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
@@ -17,6 +18,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from fleet.api import AuditedModelViewSet, FleetAutoSchema, NewestFirstCursorPagination, ReadOnlyViewSet
+from fleet.filters import reject_unknown_params
 from inventory.telemetry import selectors, services
 from inventory.telemetry.filters import XidEventFilter
 from inventory.telemetry.models import IngestKind, IngestSource, XidEvent
@@ -44,6 +46,12 @@ class IngestResultSerializer(serializers.Serializer):
                                           "(on PostgreSQL, DCGM XID gauge changes are found by the merge, not "
                                           "counted here)")
     unknown_examples = serializers.ListField(child=serializers.CharField(), help_text="Up to 20 unknown identities")
+    notices = serializers.ListField(child=serializers.CharField(), help_text="Harmless things read past, e.g. "
+                                    "CSV columns a newer nvidia-smi added that Fleet does not use")
+    visible = serializers.ChoiceField(choices=["now", "after_merge"], help_text="now: the samples are on the pages "
+                                      "and in the API already; after_merge: they wait in the inbox for the beat's "
+                                      "merge (PostgreSQL), at most visible_within_s seconds while beat runs")
+    visible_within_s = serializers.FloatField(help_text="The merge interval (0 when visible now)")
 
 
 class IngestErrorSerializer(serializers.Serializer):
@@ -66,6 +74,26 @@ def _error(message: str, reason: str, line: int | None, code: int) -> Response:
     return Response({"detail": message, "reason": reason, "line": line}, status=code)
 
 
+def _visibility() -> dict[str, Any]:
+    """When pushed samples become visible: the beat merges the inbox (PostgreSQL); SQLite writes directly."""
+    if connection.vendor != "postgresql":
+        return {"visible": "now", "visible_within_s": 0.0}
+    merge = settings.CELERY_BEAT_SCHEDULE.get("telemetry-merge", {}).get("schedule", 15.0)
+    return {"visible": "after_merge", "visible_within_s": float(merge)}
+
+
+def _read_at_most(stream: Any, size: int) -> bytes:
+    """Up to ``size`` bytes of ``stream``, in pieces (a WSGI input may return less than asked)."""
+    parts, left = [], size
+    while left > 0:
+        part = stream.read(min(left, 1 << 20))
+        if not part:
+            break
+        parts.append(part)
+        left -= len(part)
+    return b"".join(parts)
+
+
 class _IngestView(APIView):
     """Pushes are operator work (a token of a user with the operator role)."""
 
@@ -74,21 +102,37 @@ class _IngestView(APIView):
     content_negotiation_class = FormatParamNegotiation
 
     def _body(self, request: Request) -> bytes | Response:
+        """The body, at most FLEET_TELEMETRY_MAX_BYTES: with a Content-Length, or chunked.
+
+        A chunked body (``Transfer-Encoding: chunked``, what many HTTP clients and remote-write shims send)
+        has no Content-Length, and Django reads such a body as empty. It is read from the WSGI input when
+        the server says it ends the input at the body's end (``wsgi.input_terminated``, set by gunicorn);
+        behind a server that does not, it is refused with 411 rather than taken for an empty push.
+        """
         limit = settings.FLEET_TELEMETRY_MAX_BYTES
-        try:
-            declared = int(request.META.get("CONTENT_LENGTH") or 0)
-        except ValueError:
-            declared = 0
-        if declared > limit:
-            return _error(f"The body is {declared} bytes; at most {limit}.", "body_too_large", None,
-                          status.HTTP_413_REQUEST_ENTITY_TOO_LARGE)
-        body = request._request.read(limit + 1)  # not request.body: DATA_UPLOAD_MAX_MEMORY_SIZE is for forms
+        meta = request.META
+        encoding = meta.get("HTTP_TRANSFER_ENCODING", "").strip().lower()
+        if encoding and encoding != "identity":
+            if not meta.get("wsgi.input_terminated"):
+                return _error("A chunked body cannot be read behind this server; send a Content-Length.",
+                              "length_required", None, status.HTTP_411_LENGTH_REQUIRED)
+            body = _read_at_most(meta["wsgi.input"], limit + 1)
+        else:
+            try:
+                declared = int(meta.get("CONTENT_LENGTH") or 0)
+            except ValueError:
+                declared = 0
+            if declared > limit:
+                return _error(f"The body is {declared} bytes; at most {limit}.", "body_too_large", None,
+                              status.HTTP_413_REQUEST_ENTITY_TOO_LARGE)
+            body = request._request.read(limit + 1)  # not request.body: DATA_UPLOAD_MAX_MEMORY_SIZE is for forms
         if len(body) > limit:
             return _error(f"The body is over {limit} bytes.", "body_too_large", None,
                           status.HTTP_413_REQUEST_ENTITY_TOO_LARGE)
         return body
 
     def _ingest(self, request: Request, fmt: str) -> Response:
+        reject_unknown_params(request.query_params.keys(), ("format", "host", "source"))
         body = self._body(request)
         if isinstance(body, Response):
             return body
@@ -101,12 +145,15 @@ class _IngestView(APIView):
         except TelemetryParseError as exc:
             code = status.HTTP_413_REQUEST_ENTITY_TOO_LARGE if exc.reason == "body_too_large" else 400
             return _error(exc.message, exc.reason, exc.line_no, code)
-        return Response(result.summary())
+        return Response({**result.summary(), **_visibility()})
 
 
 _INGEST_RESPONSES = {
-    200: OpenApiResponse(IngestResultSerializer, description="Written (all of it): what was stored and dropped"),
+    200: OpenApiResponse(IngestResultSerializer, description="Written (all of it): what was stored and dropped, "
+                         "and when it becomes visible (on PostgreSQL the beat's next merge, ~15 s)"),
     400: OpenApiResponse(IngestErrorSerializer, description="The body does not parse: nothing was written"),
+    411: OpenApiResponse(IngestErrorSerializer, description="A chunked body behind a server that cannot read it "
+                         "(send a Content-Length)"),
     413: OpenApiResponse(IngestErrorSerializer, description="The body is over FLEET_TELEMETRY_MAX_BYTES"),
 }
 _SOURCE_PARAM = OpenApiParameter("source", str, description="Ingest source name (default push-<user>); "
@@ -181,6 +228,7 @@ class HistoryView(APIView):
     @extend_schema(summary="History of one metric for a GPU, rack, row or site", parameters=[HistoryQuerySerializer],
                    responses={200: HistorySerializer})
     def get(self, request: Request) -> Response:
+        reject_unknown_params(request.query_params.keys(), {*HistoryQuerySerializer().fields, "format"})
         query = HistoryQuerySerializer(data=request.query_params)
         query.is_valid(raise_exception=True)
         q = query.validated_data
@@ -227,6 +275,7 @@ class HeatmapView(APIView):
     @extend_schema(summary="One value per GPU for the fleet heatmap (parallel arrays)",
                    parameters=[HeatmapQuerySerializer], responses={200: HeatmapSerializer})
     def get(self, request: Request) -> Response:
+        reject_unknown_params(request.query_params.keys(), {*HeatmapQuerySerializer().fields, "format"})
         query = HeatmapQuerySerializer(data=request.query_params)
         query.is_valid(raise_exception=True)
         return Response(selectors.heatmap_data(metric=query.validated_data["metric"],
@@ -256,6 +305,7 @@ class HeatmapFramesView(APIView):
     @extend_schema(summary="Heatmap playback: one frame per 5 minutes over the last hours",
                    parameters=[FramesQuerySerializer], responses={200: FramesSerializer})
     def get(self, request: Request) -> Response:
+        reject_unknown_params(request.query_params.keys(), {*FramesQuerySerializer().fields, "format"})
         query = FramesQuerySerializer(data=request.query_params)
         query.is_valid(raise_exception=True)
         q = query.validated_data

@@ -18,10 +18,11 @@ import re
 
 from lxml import etree
 
+from fleet import safexml
 from inventory.identity import normalize_pci_bus_id, normalize_uuid
 from inventory.importers.base import RecordError, clean, parse_int
-from inventory.importers.nvsmi_csv import header_field
-from inventory.importers.nvsmi_xml import HARDENED, LEAN, ROOT_TAG, refuse_dtd
+from inventory.importers.nvsmi_csv import check_header, ignored_notice
+from inventory.importers.nvsmi_xml import ROOT_TAG
 from inventory.telemetry.sample import (
     COUNTER_MAX,
     MASK_MAX,
@@ -168,10 +169,10 @@ def _xml_sample(gpu: etree._Element, host: str | None, rejected: collections.Cou
 
 def parse_nvsmi_xml(content: bytes, *, host: str | None, filename: str) -> ParsedBatch:
     """One sample per ``<gpu>`` of ``nvidia-smi -q -x`` output; raise TelemetryParseError for a bad document."""
-    if refused := refuse_dtd(content, filename):
-        raise TelemetryParseError(refused.message, reason="unsafe_xml", line_no=refused.line)
     try:
-        root = etree.fromstring(content, etree.XMLParser(**HARDENED, **LEAN))
+        root = safexml.parse_xml(content)
+    except safexml.UnsafeXmlError as exc:
+        raise TelemetryParseError(exc.message, reason="unsafe_xml", line_no=exc.line) from None
     except etree.XMLSyntaxError as exc:
         raise TelemetryParseError(f"not well-formed XML: {exc.msg}", line_no=exc.lineno or None) from None
     if root.tag != ROOT_TAG:
@@ -237,12 +238,17 @@ def _csv_value(attr: str, raw: str, rejected: collections.Counter[str]) -> objec
 
 
 def parse_nvsmi_csv(text: str, *, host: str | None) -> ParsedBatch:
-    """One sample per row of ``--query-gpu=...`` CSV (with its header; units or ``nounits``)."""
+    """One sample per row of ``--query-gpu=...`` CSV (with its header; units or ``nounits``).
+
+    The header is read as the importer reads it (:func:`inventory.importers.nvsmi_csv.check_header`): a
+    field Fleet does not use is ignored with a notice; a header that is not nvidia-smi's refuses the body."""
     reader = csv.reader(io.StringIO(text), skipinitialspace=True)
     header = next(reader, None)
     if header is None or not any(cell.strip() for cell in header):
         raise TelemetryParseError("the CSV is empty", line_no=1)
-    names = [header_field(cell) for cell in header]
+    names, refusal = check_header(header)
+    if refusal is not None:
+        raise TelemetryParseError(refusal, reason="header", line_no=1)
     columns = []
     taken: set[str] = set()
     for index, name in enumerate(names):
@@ -254,6 +260,8 @@ def parse_nvsmi_csv(text: str, *, host: str | None) -> ParsedBatch:
         raise TelemetryParseError("the CSV has neither a uuid nor a pci.bus_id column: its rows cannot be tied "
                                   "to a GPU (add uuid to --query-gpu)", line_no=1)
     batch = ParsedBatch(samples=[], xids=[])
+    if (notice := ignored_notice(header, names, set(CSV_FIELDS))) is not None:
+        batch.notices.append(notice)
     default_host = (host or "").strip().lower() or None
     for row in reader:
         if not row or (len(row) == 1 and not row[0].strip()):

@@ -79,6 +79,7 @@ class ParsedBatch:
     # reason -> count of values or lines dropped or clamped ("sentinel", "nan", "out_of_range", ...)
     rejected: collections.Counter[str] = field(default_factory=collections.Counter)
     lines: int = 0  # input lines read
+    notices: list[str] = field(default_factory=list)  # harmless things read past (columns a newer driver added)
 
 
 class TelemetryParseError(ValueError):

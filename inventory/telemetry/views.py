@@ -13,6 +13,7 @@ from django.shortcuts import get_object_or_404, redirect
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
+from fleet.filters import strict_html_filter
 from fleet.pagination import keyset_page
 from fleet.views import (
     HtmxHttpRequest,
@@ -87,6 +88,7 @@ def _flag_row(flag: HealthFlag) -> dict[str, Any]:
 def health_list(request: HtmxHttpRequest) -> HttpResponse:
     filterset = health_filter(request.GET)
     compact_choices(filterset.form.fields, site="Any site", model="Any model")
+    known = strict_html_filter(filterset, request.GET)
     queryset = filterset.qs if filterset.is_valid() else HealthFlag.objects.none()
     page = keyset_page(queryset, after=request.GET.get("after"), size=settings.FLEET_PAGE_SIZE,
                        sort="-id", allowed=("-id",))
@@ -98,7 +100,7 @@ def health_list(request: HtmxHttpRequest) -> HttpResponse:
         "next_query": query_with(request.GET, after=page.next_after) if page.has_next else None,
         "first_query": query_without(request.GET, "after"),
     }
-    return render_page(request, "telemetry/health_list.html", "health-table", context)
+    return render_page(request, "telemetry/health_list.html", "health-table", context, status=200 if known else 400)
 
 
 @operator_required

@@ -11,6 +11,7 @@ from django.http import Http404, HttpResponse
 from django.shortcuts import get_object_or_404, render
 
 from fleet import selectors as fleet_selectors
+from fleet.filters import strict_html_filter
 from fleet.pagination import keyset_page
 from fleet.views import (
     HtmxHttpRequest,
@@ -63,6 +64,7 @@ def server_filter(params: Any) -> ServerFilter:
 @viewer_required
 def server_list(request: HtmxHttpRequest) -> HttpResponse:
     filterset = server_filter(request.GET)
+    known = strict_html_filter(filterset, request.GET)
     queryset = filterset.qs if filterset.is_valid() else Server.objects.none()
     page = keyset_page(queryset, after=request.GET.get("after"), size=settings.FLEET_PAGE_SIZE,
                        sort=request.GET.get("sort", "hostname"), allowed=SERVER_SORTS)
@@ -73,7 +75,7 @@ def server_list(request: HtmxHttpRequest) -> HttpResponse:
         "next_query": query_with(request.GET, after=page.next_after) if page.has_next else None,
         "first_query": query_without(request.GET, "after"),
     }
-    return render_page(request, "inventory/server_list.html", "server-table", context)
+    return render_page(request, "inventory/server_list.html", "server-table", context, status=200 if known else 400)
 
 
 @viewer_required

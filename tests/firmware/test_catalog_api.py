@@ -109,3 +109,34 @@ def test_openapi_validates(tmp_path):
 
 def test_baseline_model_unused():
     assert Baseline.objects.count() == 0
+
+
+def test_baseline_two_person_rule(api, users):
+    """As for rollouts: whoever proposed a baseline cannot approve it (service, API and the database)."""
+    from django.core.exceptions import ValidationError
+    from django.db import IntegrityError, transaction
+
+    from fleet.models import AuditEvent
+
+    bundle = fw.bundle({"bmc": "01.03.19"})
+    created = api("approver").post(reverse("api:baseline-list"), {"bundle": bundle.pk}, format="json")
+    assert created.status_code == 201 and created.json()["created_by"] == users["approver"].username
+    baseline = Baseline.objects.get(pk=created.json()["id"])
+    create_event = AuditEvent.objects.get(object_id=str(baseline.pk), action="create", object_repr=str(baseline))
+    assert "created_by" in str(create_event.changes)
+    approve = reverse("api:baseline-approve", args=[baseline.pk])
+
+    refused = api("approver").post(approve)
+    assert refused.status_code == 400
+    assert "cannot approve" in refused.json()["non_field_errors"][0]
+    with pytest.raises(ValidationError, match="second person"):
+        catalog.baseline_approve(baseline=baseline, actor=users["approver"])
+    baseline.refresh_from_db()
+    assert baseline.proposed
+    with pytest.raises(IntegrityError), transaction.atomic():  # the constraint holds without the service too
+        Baseline.objects.filter(pk=baseline.pk).update(approved_by=users["approver"])
+
+    ok = api("admin").post(approve)
+    assert ok.status_code == 200 and ok.json()["approved_by"] == users["admin"].username
+    approved = AuditEvent.objects.get(object_id=str(baseline.pk), action="update", object_repr=str(baseline))
+    assert approved.actor == users["admin"]  # one approval, audited; the refused one left no trace

@@ -191,3 +191,15 @@ def test_catalog_pager_is_a_link_that_htmx_swaps_and_survives_a_bad_cursor(clien
     assert [r.version for r in partial.context["releases"]] == ["01.01.16"]
     bad = client.get(reverse("firmware-release-list"), {"after": "not-a-cursor"})
     assert [r.version for r in bad.context["releases"]] == ["01.03.19"]  # the first page
+
+
+def test_baseline_proposer_cannot_approve_it_on_the_page(client, users):
+    catalog.component_specs_ensure(actor=SYSTEM)
+    b = catalog.baseline_create(bundle=fw.bundle({"bmc": "1"}), actor=users["approver"])
+    url = reverse("firmware-baseline-action", args=[b.pk, "approve"])
+    page = login(client, users, "approver").get(reverse("firmware-baseline-list")).content.decode()
+    assert url not in page  # no Approve button for the proposer
+    response = client.post(url, follow=True)
+    assert "second person" in response.content.decode()
+    b.refresh_from_db()
+    assert b.proposed

@@ -10,9 +10,11 @@ from django.utils import timezone
 from firmware import redfish
 from firmware.models import ErrorClass, RolloutState, RolloutTarget, TargetState, TargetStep, WaveState
 from firmware.models.rollout import TARGET_PAST_NO_RETURN
-from firmware.services import engine
+from firmware.services import engine, rollout_demo
 from firmware.services import rollout as svc
-from firmware.simulator.testing import running_simulator
+from fleet import dispatch
+from fleet import redfish as fleet_redfish
+from fleet.bmcsim.testing import running_simulator
 from tests.firmware import rollout_fleet
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -26,9 +28,15 @@ def drive(monkeypatch, settings):
     settings.CELERY_TASK_ALWAYS_EAGER = True  # services do not publish a tick: this driver ticks
     settings.FLEET_BMC_TIMEOUT = 2
     settings.FLEET_ROLLOUT_LEASE_SECONDS = 2
+    settings.FLEET_BMC_SETTLE_SECONDS = 3  # the simulator answers (or forgets) within a second
     queue: list = []
-    monkeypatch.setattr(engine, "send_steps", lambda chunks: queue.extend(chunks))
-    redfish._CLIENTS.clear()
+    def send(name, *args, **kwargs):  # every task goes through the dispatch seam: keep the step chunks
+        if name == "firmware.tasks.rollout_steps_task":
+            queue.append(args[0])
+        return True
+
+    monkeypatch.setattr(dispatch, "send", send)
+    fleet_redfish.sessions_clear()
 
     def run(rollout, until, timeout: float = 40, each_step=lambda: None):
         deadline = time.monotonic() + timeout
@@ -252,9 +260,9 @@ def test_the_demo_rollout_progresses_against_the_simulator(users, drive, make_us
     get_user_model().objects.create_superuser("demo-admin", password="x")  # noqa: S106
     with running_simulator(bmcs=4, prefix="demo-", task_seconds=0, bmc_reset_seconds=0.1) as sim:
         rollout_fleet.build(servers=4)
-        rollout = svc.rollout_demo_create(simulator_url=sim.url, servers=4, soak_seconds=0)
+        rollout = rollout_demo.rollout_demo_create(simulator_url=sim.url, servers=4, soak_seconds=0)
         assert rollout.state == RolloutState.RUNNING and rollout.approved_by == users["approver"]
-        assert svc.rollout_demo_create(simulator_url=sim.url) == rollout  # idempotent
+        assert rollout_demo.rollout_demo_create(simulator_url=sim.url) == rollout  # idempotent
         rollout = drive(rollout, lambda r: r.state == RolloutState.COMPLETED or r.state == RolloutState.PAUSED,
                         timeout=90)
     assert rollout.state == RolloutState.COMPLETED, rollout.pause_reason

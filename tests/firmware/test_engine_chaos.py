@@ -1,225 +1,191 @@
-"""Crash safety on real Celery worker processes, the BMC simulator in its own process, real Redis:
-kill -9 of workers at random moments of a rollout (fresh ones started each time), and a Redis restart in the
-middle of a rollout. Afterwards: no BMC component received two update requests for one release, no target is
-lost, and the rollout completed (or paused with a reason)."""
+"""Crash and fault safety of the rollout engine on real Celery worker processes (no eager mode anywhere: the
+test process only ticks, as beat does, and publishes; every step runs in a worker), the BMC simulator in its
+own process and PostgreSQL. Each test proves its fault landed (the simulator's own counters, pg_locks,
+pg_stat_activity) and asserts from the simulator's counters: 0 duplicate update requests, 0 duplicate resets,
+0 lost targets, caps never exceeded, and the rollout in the state the rules say (tests/firmware/chaos.py)."""
 
 import os
 import random
-import socket
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
 import redis
 from django.conf import settings
-from django.db import connection
 
-from firmware.models import Rollout, RolloutState, RolloutTarget, TargetState
-from firmware.services import engine
+from firmware.models import RolloutState, RolloutTarget, TargetStep
 from firmware.services import rollout as svc
-from firmware.simulator.testing import SimulatorProcess
-from tests.firmware import rollout_fleet
+from fleet import dispatch
+from fleet.bmcsim.testing import SimulatorProcess
+from tests.firmware import chaos, rollout_fleet
 
 pytestmark = [
     pytest.mark.celery,
+    pytest.mark.chaos,
     pytest.mark.django_db(transaction=True),
     pytest.mark.skipif(not settings.REDIS_URL, reason="needs REDIS_URL (a real broker)"),
 ]
-ROOT = Path(__file__).resolve().parents[2]
-GPU_IDS = [f"HGX_FW_GPU_SXM_{n}" for n in range(1, 9)]
-LEASE = 3
-
-
-class Workers:
-    """Celery worker processes (``--pool solo``: the process that runs the step is the one killed)."""
-
-    def __init__(self, broker: str) -> None:
-        db = connection.settings_dict
-        self.env = {**os.environ, "REDIS_URL": broker,
-                    "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}",
-                    "FLEET_ROLLOUT_LEASE_SECONDS": str(LEASE), "FLEET_BMC_TIMEOUT": "2",
-                    "FLEET_ROLLOUT_VERIFY_SECONDS": "30", "CELERY_TASK_ALWAYS_EAGER": "0"}
-        self.procs: list[subprocess.Popen] = []
-        self.started = 0
-
-    def start(self) -> subprocess.Popen:
-        self.started += 1
-        proc = subprocess.Popen(  # noqa: S603 - our own interpreter
-            [sys.executable, "-m", "celery", "-A", "fleet", "worker", "--pool", "solo", "--loglevel", "ERROR",
-             "-n", f"chaos{self.started}@%h", "--without-heartbeat", "--without-gossip", "--without-mingle"],
-            cwd=ROOT, env=self.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        self.procs.append(proc)
-        return proc
-
-    def kill_one(self, rng: random.Random) -> None:
-        alive = [p for p in self.procs if p.poll() is None]
-        victim = rng.choice(alive)
-        victim.kill()  # SIGKILL: no cleanup, the message it runs stays unacknowledged
-        victim.wait(timeout=10)
-
-    def stop(self) -> None:
-        for proc in self.procs:
-            if proc.poll() is None:
-                proc.terminate()
-        for proc in self.procs:
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-
-
-@pytest.fixture
-def simulator():
-    with SimulatorProcess(bmcs=24, task_seconds=0.6, seed=5) as sim:
-        sim.control.configure(bmc_reset_seconds=0.3)
-        yield sim
 
 
 @pytest.fixture
 def chaos_settings(settings):
-    settings.FLEET_ROLLOUT_LEASE_SECONDS = LEASE
-    settings.FLEET_ROLLOUT_CHUNK = 4  # several messages in flight, so kills land inside chunks
-    settings.CELERY_TASK_ALWAYS_EAGER = True  # services do not publish their own tick; the test ticks (as beat)
+    """The test process's side of the workers' settings (chaos.WORKER_ENV). Eager mode stays off."""
+    assert not settings.CELERY_TASK_ALWAYS_EAGER
+    settings.FLEET_ROLLOUT_LEASE_SECONDS = 3
+    settings.FLEET_ROLLOUT_CHUNK = 4  # several messages in flight, so faults land inside chunks
+    settings.FLEET_BMC_TIMEOUT = 1
+    settings.FLEET_BMC_SETTLE_SECONDS = 4
     return settings
 
 
-def _fleet(sim, users, n=24):
-    fleet = rollout_fleet.build(servers=n, per_rack=3, bmc_url=lambda i: sim.bmc_url(f"bmc-{i + 1:04d}"))
-    rollout = rollout_fleet.approved(fleet, users["operator"], users["approver"],
-                                     strategy={"waves": [25, 100], "retry": {"max_attempts": 10,
-                                                                            "backoff_seconds": [1]}})
+def _start(sim, users, n, *, strategy, selector=None, name="vbios rollout", fleet=None):
+    fleet = fleet or rollout_fleet.build(servers=n, per_rack=4,
+                                         bmc_url=lambda i: sim.bmc_url(f"bmc-{i + 1:04d}"))
+    rollout = rollout_fleet.approved(fleet, users["operator"], users["approver"], strategy=strategy,
+                                     selector=selector, name=name)
     return fleet, svc.rollout_start(rollout=rollout, actor=users["operator"])
 
 
-def _tick_until_settled(rollout: Rollout, timeout: float, during=None) -> Rollout:
-    """Tick like beat (every 0.5 s) until the rollout completes or pauses; ``during(elapsed)`` runs each round."""
-    start = time.monotonic()
-    while time.monotonic() - start < timeout:
-        try:
-            engine.rollout_tick()
-        except Exception as exc:  # noqa: BLE001 - a broker that is down: beat's tick fails too; the next one runs
-            print("tick failed:", type(exc).__name__, exc)
-        if during is not None:
-            during(time.monotonic() - start)
-        rollout.refresh_from_db()
-        if rollout.state in (RolloutState.COMPLETED, RolloutState.PAUSED, RolloutState.ABORTED):
-            return rollout
-        time.sleep(0.5)
-    states = list(RolloutTarget.objects.filter(rollout=rollout).values_list("state", "version", "last_error"))
-    raise AssertionError(f"rollout still {rollout.state} after {timeout}s: {states}")
+STRATEGY = {"waves": [10, 100], "retry": {"max_attempts": 10, "backoff_seconds": [1]}}
 
 
-def _assert_exactly_once(sim, fleet, rollout):
-    stats = sim.control.stats()
-    assert stats["duplicate_updates"] == [], stats["duplicate_updates"]
-    assert rollout.state == RolloutState.COMPLETED or (rollout.state == RolloutState.PAUSED and rollout.pause_reason)
-    states = set(RolloutTarget.objects.filter(rollout=rollout).values_list("state", flat=True))
-    if rollout.state == RolloutState.COMPLETED:
-        assert states == {TargetState.SUCCEEDED}  # none lost
-        for n in range(1, len(fleet.servers) + 1):
-            components = sim.control.bmc(f"bmc-{n:04d}")["components"]
-            assert {components[g]["version"] for g in GPU_IDS} == {rollout_fleet.NEW_VBIOS}
-            # one update request per component for the release, exactly
-            assert all(v == {rollout_fleet.NEW_VBIOS: 1} for v in stats["updates"][f"bmc-{n:04d}"].values())
-
-
-def test_kill_9_workers_at_random_moments_no_duplicate_update_none_lost(users, simulator, chaos_settings):
+def test_kill_9_of_workers_holding_server_locks_on_200_servers(users, chaos_settings):
+    """At least 20 SIGKILLs, each of a worker whose PostgreSQL session holds a server lock at that moment (it
+    is inside a step, talking to a BMC); fresh workers replace them."""
     redis.Redis.from_url(settings.REDIS_URL).delete("celery")
-    workers = Workers(settings.REDIS_URL)
-    rng = random.Random(os.environ.get("CHAOS_SEED", 4))
-    kills: list[float | None] = []  # seconds into the rollout; None: after it settled
+    rng = random.Random(os.environ.get("CHAOS_SEED", 8))
+    with SimulatorProcess(bmcs=200, task_seconds=1.5, seed=3) as sim:
+        sim.control.configure(bmc_reset_seconds=0.5)
+        workers = chaos.Workers(settings.REDIS_URL)
+        kills: list[tuple[str, int]] = []
+        try:
+            for _ in range(3):
+                workers.start()
+            time.sleep(4)  # the workers import Django
+            fleet, rollout = _start(sim, users, 200, strategy=STRATEGY)
 
-    def kill_and_restart(at: float | None) -> None:
-        workers.kill_one(rng)
-        workers.start()  # a fresh worker each time
-        kills.append(at)
+            def kill_lock_holders(elapsed: float) -> None:
+                if len(kills) >= 21:
+                    return
+                deadline = time.monotonic() + 0.3
+                while time.monotonic() < deadline:
+                    holders = {n: c for n, c in chaos.server_locks_by_worker().items() if n in workers.alive()}
+                    if holders:
+                        victim = rng.choice(sorted(holders))
+                        workers.kill(victim)
+                        kills.append((victim, holders[victim]))
+                        workers.start()
+                        return
+                    time.sleep(0.02)
 
-    try:
-        workers.start()
-        workers.start()
-        time.sleep(3)  # the workers import Django
-        fleet, rollout = _fleet(simulator, users)
-        next_kill = rng.uniform(0.3, 1.2)
-
-        def chaos(elapsed: float) -> None:
-            nonlocal next_kill
-            if len(kills) < 5 and elapsed >= next_kill:
-                kill_and_restart(round(elapsed, 1))
-                next_kill = elapsed + rng.uniform(0.4, 1.5)
-
-        rollout = _tick_until_settled(rollout, timeout=120, during=chaos)
-        while len(kills) < 5:  # the rollout was faster than the kills: the rest hit idle workers
-            kill_and_restart(None)
-    finally:
-        workers.stop()
-    during = [k for k in kills if k is not None]
-    assert len(kills) == 5 and workers.started == 7
-    assert len(during) >= 3, f"only {len(during)} kills landed while the rollout ran: {kills}"
-    _assert_exactly_once(simulator, fleet, rollout)
-    assert rollout.state == RolloutState.COMPLETED, rollout.pause_reason
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+            chaos.tick_until_settled([rollout], timeout=240, during=kill_lock_holders)
+        finally:
+            workers.stop()
+        assert len(kills) >= 20, f"only {len(kills)} kills landed on a worker holding a server lock"
+        assert all(locks >= 1 for _, locks in kills)
+        counters = chaos.assert_at_most_once(sim, [rollout])
+        assert rollout.state == RolloutState.COMPLETED, rollout.pause_reason
+        assert RolloutTarget.objects.filter(rollout=rollout).count() == 200
+        processed = [c["processed"].get(chaos.UPDATE, 0) for c in counters["bmcs"].values()]
+        assert processed.count(1) == 200  # every BMC: exactly one update request processed
 
 
-def test_redis_restarted_mid_rollout(users, simulator, chaos_settings, monkeypatch):
+def test_redis_restart_and_every_worker_session_terminated_mid_chunk(users, chaos_settings, monkeypatch):
     """A private redis-server (never the shared one) is killed and started again, empty, mid-rollout: the
-    messages it held are gone; the leases bring the targets back."""
-    port = _free_port()
-    broker = f"redis://127.0.0.1:{port}/0"
-    command = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+    messages it held are gone, the leases bring the targets back. Then every worker's PostgreSQL session is
+    terminated (pg_terminate_backend) while the workers hold server locks: a worker that lost its session (and
+    with it its locks) sends nothing more, because its claim can neither be renewed nor outlive its lease."""
+    broker = chaos.PrivateRedis()
+    broker.start()
+    monkeypatch.setattr(dispatch, "send", chaos.publisher_send(broker.url))
+    with SimulatorProcess(bmcs=60, task_seconds=1.0, seed=4) as sim:
+        sim.control.configure(bmc_reset_seconds=0.5)
+        workers = chaos.Workers(broker.url)
+        restarted: list[float] = []
+        terminated: list[tuple[list[str], dict[str, int]]] = []
+        try:
+            workers.start()
+            workers.start()
+            time.sleep(4)
+            fleet, rollout = _start(sim, users, 60, strategy=STRATEGY)
 
-    def redis_start() -> subprocess.Popen:
-        proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # noqa: S603
-        for _ in range(50):
-            try:
-                redis.Redis.from_url(broker).ping()
-                return proc
-            except redis.ConnectionError:
-                time.sleep(0.1)
-        raise AssertionError("redis-server did not start")
+            def chaos_round(elapsed: float) -> None:
+                if not restarted and elapsed >= 2:
+                    broker.kill()
+                    time.sleep(1.5)  # Redis is away: ticks and continuations fail to publish
+                    broker.start()
+                    restarted.append(elapsed)
+                elif restarted and len(terminated) < 3:
+                    holders = chaos.server_locks_by_worker()
+                    if holders:
+                        terminated.append((chaos.terminate_worker_sessions(), holders))
 
-    from celery import Celery
+            chaos.tick_until_settled([rollout], timeout=180, during=chaos_round)
+        finally:
+            workers.stop()
+            broker.kill()
+        assert restarted
+        assert terminated and all(names for names, _ in terminated), terminated
+        assert any(holders for _, holders in terminated)  # sessions died while they held server locks
+        chaos.assert_at_most_once(sim, [rollout])
+        assert rollout.state == RolloutState.COMPLETED, rollout.pause_reason
 
-    publisher = Celery("chaos-publisher", broker=broker, set_as_current=False)  # the tasks keep the app
-    publisher.conf.broker_connection_retry_on_startup = False
 
-    def send_steps(chunks):
-        with publisher.connection_for_write() as conn:  # a new connection each time: Redis may have restarted
-            for chunk in chunks:
-                if chunk:
-                    publisher.send_task("firmware.tasks.rollout_steps_task", args=[[list(p) for p in chunk]],
-                                        connection=conn, retry=False)
+def test_late_processing_task_purging_and_reboot_windows(users, chaos_settings):
+    """5 % of mutating requests are processed only after the client timed out (its settle period then finds
+    them), finished tasks vanish a second after they end (a staged image still shows), and BMCs reboot
+    (refused, 503, 404) after 3 % of reads. No request is processed twice; a reboot is never a firmware
+    failure."""
+    redis.Redis.from_url(settings.REDIS_URL).delete("celery")
+    with SimulatorProcess(bmcs=60, task_seconds=0.5, seed=6) as sim:
+        sim.control.configure(bmc_reset_seconds=0.5, purge_tasks_after=1.0, reboot_mode="mixed", faults=[
+            {"kind": "late", "method": "POST", "rate": 0.05, "seconds": 2.0},
+            {"kind": "reboot", "method": "GET", "rate": 0.03, "seconds": 1.5}])
+        workers = chaos.Workers(settings.REDIS_URL)
+        try:
+            workers.start()
+            workers.start()
+            time.sleep(4)
+            fleet, rollout = _start(sim, users, 60, strategy=STRATEGY)
+            chaos.tick_until_settled([rollout], timeout=180)
+        finally:
+            workers.stop()
+        counters = chaos.assert_at_most_once(sim, [rollout])
+        faults = counters["faults"]
+        assert faults.get("late", 0) >= 3 and faults.get("purged", 0) >= 1 and faults.get("reboot", 0) >= 1, faults
+        late_updates = [b for b, c in counters["bmcs"].items() if c["received"].get(chaos.UPDATE, 0) >= 1]
+        assert len(late_updates) == 60
+        settled = TargetStep.objects.filter(target__rollout=rollout, messages__icontains="settled: found")
+        assert settled.exists()  # a late request was found by the settle rule, not sent again
+        assert not RolloutTarget.objects.filter(rollout=rollout, error_class="firmware").exists()
+        assert rollout.state in (RolloutState.COMPLETED, RolloutState.COMPLETED_WITH_EXCEPTIONS), rollout.pause_reason
 
-    monkeypatch.setattr(engine, "send_steps", send_steps)
-    server = redis_start()
-    workers = Workers(broker)
-    restarted: list[float] = []
-    try:
-        workers.start()
-        workers.start()
-        time.sleep(3)
-        fleet, rollout = _fleet(simulator, users)
 
-        def chaos(elapsed: float) -> None:
-            nonlocal server
-            if not restarted and elapsed >= 1.5:
-                server.kill()
-                server.wait(timeout=10)
-                time.sleep(1.5)  # Redis is away: ticks and continuations fail to publish
-                server = redis_start()
-                restarted.append(elapsed)
-
-        rollout = _tick_until_settled(rollout, timeout=120, during=chaos)
-    finally:
-        workers.stop()
-        server.kill()
-        server.wait(timeout=10)
-    assert restarted
-    _assert_exactly_once(simulator, fleet, rollout)
-    assert rollout.state == RolloutState.COMPLETED, rollout.pause_reason
+def test_two_concurrent_rollouts_with_tight_rack_and_site_caps(users, chaos_settings):
+    """Two rollouts over the same racks and sites, two worker processes: at most 1 server per rack and 3 per
+    site unavailable at once over BOTH rollouts (canary included), from the recorded history."""
+    redis.Redis.from_url(settings.REDIS_URL).delete("celery")
+    with SimulatorProcess(bmcs=48, task_seconds=0.3, seed=7) as sim:
+        sim.control.configure(bmc_reset_seconds=0.3)
+        other = "96.00.88.00.01"
+        fleet = rollout_fleet.build(servers=48, per_rack=4, sites=2,
+                                    bmc_url=lambda i: sim.bmc_url(f"bmc-{i + 1:04d}"),
+                                    vbios={i: other for i in range(1, 48, 2)})
+        strategy = {"waves": [25, 100], "domain_caps": {"rack": 1}, "max_unavailable": {"per_site": 3},
+                    "retry": {"max_attempts": 10, "backoff_seconds": [1]}}
+        workers = chaos.Workers(settings.REDIS_URL)
+        try:
+            workers.start()
+            workers.start()
+            time.sleep(4)
+            _, first = _start(sim, users, 0, strategy=strategy, fleet=fleet, name="A",
+                              selector={"vbios": rollout_fleet.OLD_VBIOS})
+            _, second = _start(sim, users, 0, strategy=strategy, fleet=fleet, name="B", selector={"vbios": other})
+            chaos.tick_until_settled([first, second], timeout=240)
+        finally:
+            workers.stop()
+        chaos.assert_at_most_once(sim, [first, second])
+        assert RolloutTarget.objects.filter(rollout__in=[first, second]).count() == 48
+        assert chaos.max_unavailable([first, second], "rack") <= 1
+        assert chaos.max_unavailable([first, second], "site") <= 3
+        assert chaos.max_unavailable([first, second], "rack") == 1  # the cap was reached, not avoided
+        assert (first.state, second.state) == (RolloutState.COMPLETED, RolloutState.COMPLETED)

@@ -18,7 +18,7 @@ from firmware.models import (
     TargetStep,
     WindowKind,
 )
-from firmware.services import catalog
+from firmware.services import catalog, demotion
 from firmware.services import rollout as svc
 from firmware.services.windows import activation_allowed, activation_allowed_for
 from fleet.audit import SYSTEM
@@ -179,11 +179,11 @@ def test_demotion_revokes_the_release_and_pauses_every_rollout_using_it(fleet, u
     third = svc.rollout_start(rollout=rollout_fleet.approved(other_fleet, users["operator"], users["approver"],
                                                              name="other release"), actor=users["operator"])
     release = rollout_fleet.release()
-    svc.release_record_outcomes(release_ids=[release.pk], succeeded=False)
-    assert not svc.release_check_demotion(release=release)  # 1 failure: below the count
-    svc.release_record_outcomes(release_ids=[release.pk], succeeded=False)
-    svc.release_record_outcomes(release_ids=[release.pk], succeeded=True)
-    assert svc.release_check_demotion(release=release)
+    demotion.release_record_outcomes(release_ids=[release.pk], succeeded=False)
+    assert not demotion.release_check_demotion(release=release)  # 1 failure: below the count
+    demotion.release_record_outcomes(release_ids=[release.pk], succeeded=False)
+    demotion.release_record_outcomes(release_ids=[release.pk], succeeded=True)
+    assert demotion.release_check_demotion(release=release)
     release.refresh_from_db()
     assert release.channel == Channel.REVOKED and "2 firmware failures in 3" in release.revoked_reason
     states = dict(Rollout.objects.values_list("id", "state"))

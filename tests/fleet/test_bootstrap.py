@@ -43,6 +43,7 @@ def test_creates_roles_and_an_admin_with_a_generated_password(var_dir):
     assert admin.is_superuser and admin.check_password(password)
     assert user_roles(admin) == set(ROLES)
     assert f"Log in at http://127.0.0.1:8000/ as admin / {password}" in out
+    assert out.count(password) == 1 and out.rstrip().endswith(password)  # once, and last
     assert not Gpu.objects.exists()  # no demo unless asked
 
 

@@ -50,7 +50,7 @@ def test_api_role_matrix(api, world, role, operation):
         assert response.status_code == allowed_status, response.json()
     else:
         assert response.status_code == 403
-        assert response.json() == {"detail": "Your role does not allow this."}
+        assert response.json() == {"detail": "Your role does not allow this.", "code": "permission_denied"}
 
 
 def test_api_import_upload_is_refused_to_a_viewer_before_reading_the_file(api):

@@ -305,7 +305,7 @@ def test_duplicate_serial_in_one_file():
      "evil:2: DOCTYPE: the DOCTYPE has an internal subset"),
     (b"<nvidia_smi_log><gpu id='00000000:01:00.0'><serial>1</serial>", "evil:1: XML: not well-formed XML"),
     ("name,serial\nA100,1\n".encode("utf-16"), "evil:1: encoding: the file is UTF-16"),
-    (b"name, serial, colour\nA100, 1, red\n", "evil:1: colour: unknown nvidia-smi field 'colour'"),
+    (b"name, serial, Colour Code\nA100, 1, red\n", "evil:1: header: the first line is not an nvidia-smi header"),
     (b"serial,model,module_id,hostname\n1652923040011,H100,x1,n1\n",
      "evil:2: module_id: 'x1' is not a whole number"),
     (b"serial,model,pci_bus_id,hostname\n1652923040011,H100,0000:GG:00.0,n1\n",
@@ -404,3 +404,16 @@ def test_an_error_in_one_file_of_a_batch_writes_nothing_and_names_that_file(tmp_
     assert not Gpu.objects.exists() and not Server.objects.exists() and not AuditEvent.objects.exists()
     with pytest.raises(CommandError, match="--server-from-filename"):
         call_command("import_gpus", str(good), str(bad), "--server", "node-1")
+
+
+def test_command_prints_a_notice_for_columns_of_newer_drivers(tmp_path):
+    path = tmp_path / "b200.csv"
+    path.write_text("name, serial, uuid, pci.bus_id, dramencryption.mode.current, edpp_multiplier\n"
+                    "NVIDIA B200, 1653024000123, GPU-3f9a2c1e-8b4d-4e7a-9c21-6d5f0a8b7e77, 00000000:18:00.0, "
+                    "Disabled, [N/A]\n")
+    out, err = io.StringIO(), io.StringIO()
+
+    call_command("import_gpus", str(path), "--server", "node-b200", stdout=out, stderr=err)
+
+    assert "Imported 1 created" in out.getvalue()
+    assert "notice:" in err.getvalue() and "dramencryption.mode.current, edpp_multiplier" in err.getvalue()

@@ -182,19 +182,64 @@ def test_nvidia_smi_csv_nounits_with_na_values_and_hostname():
     assert "gpu_inforom_ecc" not in records[3].firmware  # [Not Supported]
 
 
-def test_nvidia_smi_csv_unknown_column_is_named():
+# A driver 590-610 query: fields every release adds, next to the ones Fleet imports.
+NEW_DRIVER_HEADER = ("index, name, serial, uuid, pci.bus_id, driver_version, kmd_version, vbios_version, "
+                     "gsp.mode.current, gsp.mode.default, dramencryption.mode.current, "
+                     "module.power.draw.average [W], edpp_multiplier, gpu.base.clocks.sm [MHz], bbx.time_run, "
+                     "memory.total [MiB], temperature.gpu")
+NEW_DRIVER_ROW = ("0, NVIDIA B200, 1653024000011, GPU-3f9a2c1e-8b4d-4e7a-9c21-6d5f0a8b7e12, 00000000:18:00.0, "
+                  "610.12, 610.12, 97.00.52.00.01, Enabled, Enabled, Disabled, 812.34 W, [N/A], 1965 MHz, "
+                  "123456, 183359 MiB, 31")
+
+
+def test_nvidia_smi_csv_fields_of_newer_drivers_are_ignored_with_a_notice():
+    content = f"{NEW_DRIVER_HEADER}\n{NEW_DRIVER_ROW}\n".encode()
+    result = parse(content, filename="b200.csv")  # detected as nvidia-smi CSV despite the new names
+
+    assert result.errors == []
+    assert result.fmt == NVIDIA_SMI_CSV
+    [record] = result.records
+    assert (record.serial, record.memory_mib, record.firmware["driver"]) == ("1653024000011", 183359, "610.12")
+    [notice] = result.notices
+    assert (notice.file, notice.line, notice.field) == ("b200.csv", 1, "header")
+    for name in ("kmd_version", "gsp.mode.current", "dramencryption.mode.current", "module.power.draw.average [W]",
+                 "edpp_multiplier", "gpu.base.clocks.sm [MHz]", "bbx.time_run", "temperature.gpu"):
+        assert name in notice.message
+
+
+def test_nvidia_smi_csv_typo_in_a_field_name_is_a_notice_not_a_refusal():
     content = b"name, serial, uuid, temprature.gpu, pci.bus_id\nNVIDIA H100, 1, GPU-x, 30, 00000000:18:00.0\n"
     result = parse(content, filename="typo.csv", fmt=NVIDIA_SMI_CSV)
 
+    assert result.errors == []
+    assert len(result.records) == 1
+    assert "temprature.gpu" in result.notices[0].message
+
+
+@pytest.mark.parametrize("header", [
+    "Serial Number, UUID",  # a spreadsheet's header
+    "colour, size",  # looks like field names, none of them nvidia-smi's
+    "name, serial, memory.total [MiB",  # a malformed column Fleet needs
+])
+def test_nvidia_smi_csv_header_that_is_not_nvidia_smis_is_refused(header):
+    result = parse(f"{header}\nA, B, C\n".encode(), filename="other.csv", fmt=NVIDIA_SMI_CSV)
+
     assert result.records == []
-    assert [str(e) for e in result.errors] == ["typo.csv:1: temprature.gpu: unknown nvidia-smi field "
-                                               "'temprature.gpu'"]
+    assert [(e.line, e.field) for e in result.errors] == [(1, "header")]
+    assert "not an nvidia-smi header" in result.errors[0].message
+
+
+def test_nvidia_smi_csv_bad_value_in_a_column_fleet_imports_is_still_an_error():
+    content = f"{NEW_DRIVER_HEADER}\n{NEW_DRIVER_ROW.replace('183359 MiB', 'lots')}\n".encode()
+    result = parse(content, filename="b200.csv")
+
+    assert [str(e) for e in result.errors] == ["b200.csv:2: memory.total [MiB]: 'lots' is not a whole number"]
 
 
 def test_nvidia_smi_csv_without_header_is_refused():
     content = b"NVIDIA H100 80GB HBM3, 1652923034721, GPU-3f9a2c1e-8b4d-4e7a-9c21-6d5f0a8b7e12\n"
     result = parse(content, filename="noheader.csv", fmt=NVIDIA_SMI_CSV)
-    assert "not a header" in str(result.errors[0])
+    assert "not an nvidia-smi header" in str(result.errors[0])
 
 
 def test_nvidia_smi_csv_bad_values_name_line_and_column():
@@ -277,9 +322,20 @@ INTERNAL_SUBSET = b"""<?xml version="1.0"?>
 <!DOCTYPE nvidia_smi_log SYSTEM "nvsmi_device_v12.dtd" [<!ELEMENT nvidia_smi_log ANY>]>
 <nvidia_smi_log/>
 """
+# A comment before the DOCTYPE holding something that looks like an element: the old check took the comment's
+# "<gpu>" for the first element and never looked at the DOCTYPE after it.
+COMMENT_FIRST = b"""<?xml version="1.0"?>
+<!-- <gpu> --><!DOCTYPE nvidia_smi_log [<!ENTITY x "expanded">]>
+<nvidia_smi_log><gpu id="00000000:01:00.0"><serial>&x;</serial></gpu></nvidia_smi_log>
+"""
+ATTLIST_ONLY = b"""<?xml version="1.0"?>
+<!DOCTYPE nvidia_smi_log [<!ATTLIST gpu id CDATA "00000000:01:00.0">]>
+<nvidia_smi_log><gpu><serial>1</serial></gpu></nvidia_smi_log>
+"""
 
 
-@pytest.mark.parametrize("content", [BILLION_LAUGHS, XXE, INTERNAL_SUBSET], ids=["billion-laughs", "xxe", "subset"])
+@pytest.mark.parametrize("content", [BILLION_LAUGHS, XXE, INTERNAL_SUBSET, COMMENT_FIRST, ATTLIST_ONLY],
+                         ids=["billion-laughs", "xxe", "subset", "comment-before-doctype", "attlist"])
 @pytest.mark.usefixtures("xml_path")
 def test_dtd_internal_subsets_and_entities_are_refused(content):
     result = parse(content, filename="evil.xml")
@@ -289,6 +345,19 @@ def test_dtd_internal_subsets_and_entities_are_refused(content):
     assert (error.file, error.line, error.field) == ("evil.xml", 2, "DOCTYPE")
     assert "refused" in error.message
     assert "root:" not in str(error)
+
+
+def test_the_second_layer_refuses_a_doctype_the_prolog_check_missed():
+    """Each layer of fleet.safexml on its own: a DOCTYPE the parser saw and the prolog check did not is refused."""
+    from lxml import etree
+
+    from fleet import safexml
+
+    root = etree.fromstring(COMMENT_FIRST, safexml.parser())
+    assert root.getroottree().docinfo.internalDTD is not None  # the parser did see it...
+    assert "expanded" not in etree.tostring(root).decode()  # ...and expanded nothing
+    with pytest.raises(safexml.UnsafeXmlError, match="did not see"):
+        safexml.check_tree(root, None)  # as if the first layer had been fooled
 
 
 @pytest.mark.usefixtures("xml_path")

@@ -57,7 +57,9 @@ def test_push_writes_and_summarises(api, node):
     # PostgreSQL: the samples are in the inbox; the merge finds the XID gauge changes (SQLite: at once).
     inbox = connection.vendor == "postgresql"
     assert response.json() == {"samples": 2, "unknown": 1, "rejected": {"nan": 1}, "xid_events": 0 if inbox else 2,
-                               "unknown_examples": ["GPU-0f0e0d0c-1111-2222-3333-444455556666"]}
+                               "unknown_examples": ["GPU-0f0e0d0c-1111-2222-3333-444455556666"], "notices": [],
+                               "visible": "after_merge" if inbox else "now",
+                               "visible_within_s": 15.0 if inbox else 0.0}
     assert IngestSource.objects.get(name="rack-1").kind == "push"
     services.telemetry_merge()
     assert XidEvent.objects.filter(ingest_source__name="rack-1").count() == 2

@@ -425,3 +425,66 @@ def test_demo_exporter_continues_the_backfill(demo_rack):
                                                                             old.remap_failure)
         if roles[latest.gpu_id] != "dbe_rate":
             assert latest.ecc_dbe == old.ecc_dbe == 0
+
+
+def test_cli_ingest_leaves_its_samples_visible_when_it_returns(tmp_path):
+    """No beat runs here: what the command reports as written is in the raw and latest tables when it exits."""
+    server = factories.server(hostname="gpu-node-1")
+    gpu = factories.gpu(server, uuid="GPU-c4529c8d-69c4-b61d-e0bc-7b2460096005")
+    path = tmp_path / "scrape.prom"
+    path.write_bytes(sample("dcgm-exporter/h100-8gpu-scrape.prom"))
+    out = io.StringIO()
+    before = raw_count()
+
+    call_command("ingest_telemetry", str(path), "--format", "prometheus", stdout=out)
+
+    assert "1 samples" in out.getvalue() and "visible now" in out.getvalue()
+    assert raw_count() == before + 1
+    assert GpuLatest.objects.filter(gpu=gpu).exists()
+
+
+def test_cli_ingest_no_merge_leaves_the_inbox_to_the_beat(tmp_path):
+    server = factories.server(hostname="gpu-node-1")
+    factories.gpu(server, uuid="GPU-c4529c8d-69c4-b61d-e0bc-7b2460096005")
+    path = tmp_path / "scrape.prom"
+    path.write_bytes(sample("dcgm-exporter/h100-8gpu-scrape.prom"))
+    out = io.StringIO()
+    before = raw_count()
+
+    call_command("ingest_telemetry", str(path), "--format", "prometheus", "--no-merge", stdout=out)
+
+    assert "visible after the beat's next merge" in out.getvalue()
+    assert raw_count() == before  # in the inbox: the fault the default behaviour fixes
+    services.telemetry_merge()
+    assert raw_count() == before + 1
+
+
+NEW_DRIVER_CSV = (
+    "uuid, pci.bus_id, temperature.gpu, power.draw [W], gsp.mode.current, dramencryption.mode.current, "
+    "module.power.draw.average [W], kmd_version, edpp_multiplier, bbx.time_run\n"
+    "GPU-c4529c8d-69c4-b61d-e0bc-7b2460096005, 00000000:18:00.0, 41, 712.5 W, Enabled, Disabled, 3012.0 W, "
+    "610.12, [N/A], 123456\n")
+
+
+def test_csv_columns_of_newer_drivers_are_ignored_with_a_notice(tmp_path):
+    server = factories.server(hostname="gpu-node-1")
+    gpu = factories.gpu(server, uuid="GPU-c4529c8d-69c4-b61d-e0bc-7b2460096005")
+    path = tmp_path / "smi.csv"
+    path.write_text(NEW_DRIVER_CSV)
+    out, err = io.StringIO(), io.StringIO()
+
+    call_command("ingest_telemetry", str(path), "--format", "nvidia-smi-csv", stdout=out, stderr=err)
+
+    assert "1 samples" in out.getvalue()
+    assert "notice:" in err.getvalue() and "gsp.mode.current" in err.getvalue()
+    latest = GpuLatest.objects.get(gpu=gpu)
+    assert (latest.gpu_temp_c, latest.power_w) == (41, 712.5)
+
+
+def test_csv_whose_header_is_not_nvidia_smis_is_refused(tmp_path):
+    path = tmp_path / "other.csv"
+    path.write_text("GPU UUID, Temperature\nGPU-c4529c8d-69c4-b61d-e0bc-7b2460096005, 41\n")
+    err = io.StringIO()
+    with pytest.raises(CommandError):
+        call_command("ingest_telemetry", str(path), "--format", "nvidia-smi-csv", stderr=err)
+    assert "not an nvidia-smi header" in err.getvalue()

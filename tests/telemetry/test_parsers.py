@@ -135,6 +135,8 @@ def test_xml_legacy_power_and_throttle_layouts():
     (b"<nvidia_smi_log><gpu>", "syntax"),
     (b"<other/>", "syntax"),
     (b'<!DOCTYPE x [<!ENTITY a "b">]><nvidia_smi_log/>', "unsafe_xml"),
+    (b'<!-- <a> --><!DOCTYPE nvidia_smi_log [<!ENTITY a "b">]><nvidia_smi_log/>', "unsafe_xml"),
+    (b'<!DOCTYPE nvidia_smi_log [<!ATTLIST gpu id CDATA "x">]><nvidia_smi_log/>', "unsafe_xml"),
 ])
 def test_xml_bad_documents_are_refused(content, reason):
     with pytest.raises(TelemetryParseError) as error:

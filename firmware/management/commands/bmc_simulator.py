@@ -3,7 +3,7 @@ the BMC simulator in the foreground (the same as ``python -m firmware.simulator`
 
 from django.core.management.base import BaseCommand
 
-from firmware.simulator import cli
+from fleet.bmcsim import cli
 
 
 class Command(BaseCommand):

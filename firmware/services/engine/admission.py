@@ -16,7 +16,7 @@ def _concurrency(bmc_class: str) -> int:
     return settings.FLEET_ROLLOUT_BMC_CONCURRENCY.get(bmc_class, settings.FLEET_ROLLOUT_DEFAULT_CONCURRENCY)
 
 
-def _admit(now: dt.datetime) -> int:
+def admit(now: dt.datetime) -> int:
     """pending -> precheck for the current wave of running rollouts, whole units, within per-class concurrency."""
     in_flight = Counter(dict(RolloutTarget.objects.filter(state__in=TARGET_IN_FLIGHT).values("bmc_class")
                              .annotate(n=Count("id")).values_list("bmc_class", "n")))

@@ -1,4 +1,4 @@
-"""What a chunk of steps shares (_Context), and the idempotency keys of a target's side effects."""
+"""What a chunk of steps shares (StepContext), and the idempotency keys of a target's side effects."""
 
 from __future__ import annotations
 
@@ -11,11 +11,12 @@ from django.utils import timezone
 
 from firmware.models import BundleItem, ComponentSpec, Rollout, RolloutTarget, TargetState, TargetStep
 from firmware.redfish import resets_for
-from firmware.services.engine.locks import _pg
+from firmware.services.engine.claims import Claims
+from firmware.services.engine.locks import is_postgres
 from firmware.services.plan import Strategy, strategy_parse
 
 
-class _Context:
+class StepContext:
     """What a chunk of steps shares: bundle items, component specs, windows, the servers' pools (read once per
     chunk), and the successes to count and observe at its end."""
 
@@ -34,6 +35,7 @@ class _Context:
         self.succeeded: list[tuple[Any, list[int], list[dict[str, Any]]]] = []
         self.steps: dict[int, dict[str, TargetStep]] = defaultdict(dict)
         self.fresh: set[str] = set()  # keys recorded by this chunk: their side effect is still to send
+        self.claims: Claims | None = None  # set by target_steps: the chunk's fences, checked before every send
 
     def load_steps(self, targets: list[RolloutTarget]) -> None:
         """The recorded steps of the chunk's targets, by their possible keys: an equality lookup on the unique
@@ -44,9 +46,10 @@ class _Context:
             for step in TargetStep.objects.filter(idem_key__in=keys[start:start + 1000]):
                 self.steps[step.target_id][step.idem_key] = step
 
-    def record_planned(self, targets: list[RolloutTarget]) -> None:
-        """Record, in one flushed transaction, the side effect each target is about to send (an update of its
-        current item, or its next activation action): ``_record`` for the whole chunk at once."""
+    def record_fenced(self, targets: list[RolloutTarget], claims: Claims) -> list[RolloutTarget]:
+        """Record, in ONE flushed transaction that first re-checks every target's fence ``FOR UPDATE``, the side
+        effect each target is about to send (an update of its current item, or its next activation action).
+        Returns the targets still held (a target whose fence moved is dropped: nothing recorded, nothing sent)."""
         planned: list[TargetStep] = []
         now = timezone.now()
         token = f"recorded by chunk {uuid.uuid4().hex}"  # tells our inserts from a concurrent step's
@@ -59,26 +62,36 @@ class _Context:
                     planned.append(TargetStep(target=t, release_id=item["release"], kind="update", idem_key=key,
                                               requested_at=now, messages=[token]))
             elif t.state == TargetState.ACTIVATING:
-                for action in _activation_actions(t.work):
+                for action in activation_actions(t.work):
                     key = f"{t.pk}:{action}"
                     if key not in recorded:
                         planned.append(TargetStep(target=t, kind="activate" if action == "activate" else "reset",
                                                   idem_key=key, requested_at=now, messages=[token]))
                         break
                     if recorded[key].response_status is None:
-                        break  # recorded, never confirmed: sent again below, no new record
-        if not planned:
-            return
+                        break  # recorded, never confirmed: reconciled (settle rule), no new record
         with transaction.atomic():
-            if _pg():
+            if is_postgres():
                 with connection.cursor() as cursor:
                     cursor.execute("SET LOCAL synchronous_commit TO on")
-            TargetStep.objects.bulk_create(planned, ignore_conflicts=True)
-        keys = [p.idem_key for p in planned]
-        for step in TargetStep.objects.filter(idem_key__in=keys):
-            self.steps[step.target_id][step.idem_key] = step
-            if step.messages == [token]:  # inserted by this chunk (ignore_conflicts hides which rows were)
-                self.fresh.add(step.idem_key)
+            held = set(RolloutTarget.objects.select_for_update().filter(
+                pk__in=[t.pk for t in targets if claims.holds(t)], lease_owner=claims.owner)
+                .filter(fence__in={claims.fences[t.pk] for t in targets if claims.holds(t)})
+                .values_list("pk", "fence"))
+            held_ids = {pk for pk, fence in held if claims.fences.get(pk) == fence}
+            for t in targets:
+                if t.pk not in held_ids:
+                    claims.drop(t.pk)
+            planned = [p for p in planned if p.target_id in held_ids]
+            if planned:
+                TargetStep.objects.bulk_create(planned, ignore_conflicts=True)
+        if planned:
+            keys = [p.idem_key for p in planned]
+            for step in TargetStep.objects.filter(idem_key__in=keys):
+                self.steps[step.target_id][step.idem_key] = step
+                if step.messages == [token]:  # inserted by this chunk (ignore_conflicts hides which rows were)
+                    self.fresh.add(step.idem_key)
+        return [t for t in targets if t.pk in held_ids]
 
     def step(self, target: RolloutTarget, key: str) -> tuple[TargetStep | None, bool]:
         """(the recorded step for ``key``, whether it was recorded by this chunk and not sent yet)."""
@@ -106,8 +119,8 @@ def _step_keys(target: RolloutTarget) -> list[str]:
     actions)."""
     work = target.work or []
     return ([f"{target.pk}:{item['release']}:update" for item in work]
-            + [f"{target.pk}:{action}" for action in _activation_actions(work)] if work else [])
+            + [f"{target.pk}:{action}" for action in activation_actions(work)] if work else [])
 
 
-def _activation_actions(work: list[dict[str, Any]]) -> list[str]:
+def activation_actions(work: list[dict[str, Any]]) -> list[str]:
     return ["activate", *(f"reset:{kind}" for kind in resets_for({w["activation"] for w in work}))]

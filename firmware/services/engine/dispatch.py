@@ -11,30 +11,28 @@ from django.db.models import Q
 
 from firmware.models import RolloutState, RolloutTarget
 from firmware.models.rollout import TARGET_IN_FLIGHT, TARGET_PAST_NO_RETURN
+from fleet import dispatch
 
 logger = logging.getLogger(__name__)
 
 
-def _chunks(pairs: Sequence[tuple[int, int]]) -> list[list[tuple[int, int]]]:
+def chunks_of(pairs: Sequence[tuple[int, int]]) -> list[list[tuple[int, int]]]:
     size = settings.FLEET_ROLLOUT_CHUNK
     return [list(pairs[i:i + size]) for i in range(0, len(pairs), size)]
 
 
+STEPS_TASK = "firmware.tasks.rollout_steps_task"
+
+
 def send_steps(chunks: Iterable[list[tuple[int, int]]]) -> None:
-    """Publish step chunks. A broker that is down loses nothing: the targets are leased, and the tick sends
-    them again when the lease runs out."""
-    from firmware.tasks import rollout_steps_task
-
+    """Publish step chunks through ``fleet.dispatch`` (by name; tests patch ``dispatch.send``). A broker that
+    is down loses nothing: the targets are leased, and the tick sends them again when the lease runs out."""
     for chunk in chunks:
-        if chunk:
-            try:
-                rollout_steps_task.delay([[t, v] for t, v in chunk])
-            except Exception:  # noqa: BLE001 - kombu raises many kinds when the broker is away
-                logger.warning("rollout: could not publish %d steps; the lease brings them back", len(chunk),
-                               exc_info=True)
+        if chunk and not dispatch.send(STEPS_TASK, [[t, v] for t, v in chunk]):
+            logger.warning("rollout: could not publish %d steps; the lease brings them back", len(chunk))
 
 
-def _due(now: dt.datetime, limit: int) -> list[tuple[int, int]]:
+def lease_due_targets(now: dt.datetime, limit: int) -> list[tuple[int, int]]:
     """Lease and return (id, version) of due targets: in flight, of a running rollout (or past activation,
     which always finishes), ``next_run_at <= now``. ``FOR UPDATE SKIP LOCKED``: a row a step is writing right
     now is left for the next tick."""

@@ -12,7 +12,8 @@ from django.db.models import F
 from django.utils import timezone
 
 from firmware.models import ErrorClass, RolloutTarget, TargetState
-from firmware.services.rollout import release_check_demotion, release_record_outcomes, rollout_engine_pause
+from firmware.services.demotion import release_check_demotion, release_record_outcomes
+from firmware.services.rollout import rollout_engine_pause
 
 
 @dataclass
@@ -24,11 +25,11 @@ class Outcome:
     again_now: bool = False
     after: list[Any] = field(default_factory=list)  # callables run in the CAS's transaction if it applied
     succeeded: tuple[Any, list[int], list[dict[str, Any]]] | None = None  # (server, releases, members): counted
-    # and observed once per chunk (``_flush_successes``)
+    # and observed once per chunk (``flush_successes``)
 
 
-class _AlreadyApplied(Outcome):
-    """The step wrote its own compare-and-set (under a lock); ``_apply`` must not write again. The target (at its
+class AlreadyApplied(Outcome):
+    """The step wrote its own compare-and-set (under a lock); ``apply_one`` must not write again. The target (at its
     new version) goes on at once if it was applied."""
 
     def __init__(self, applied: int) -> None:
@@ -36,12 +37,12 @@ class _AlreadyApplied(Outcome):
         self.applied = applied
 
 
-def _later(target: RolloutTarget, seconds: float, **fields: Any) -> Outcome:
+def later(target: RolloutTarget, seconds: float, **fields: Any) -> Outcome:
     return Outcome(target.state, {"next_run_at": timezone.now() + dt.timedelta(seconds=max(0.2, seconds)),
                                   **fields})
 
 
-def _fail(target: RolloutTarget, error_class: str, message: str, release_ids: list[int], **fields: Any) -> Outcome:
+def fail(target: RolloutTarget, error_class: str, message: str, release_ids: list[int], **fields: Any) -> Outcome:
     after = []
     if error_class == ErrorClass.FIRMWARE and release_ids:
         def count_and_demote() -> None:
@@ -59,7 +60,7 @@ def _fail(target: RolloutTarget, error_class: str, message: str, release_ids: li
                                         "deadline_at": None, **fields}, after=after)
 
 
-def _current_releases(target: RolloutTarget) -> list[int]:
+def current_releases(target: RolloutTarget) -> list[int]:
     work = target.work or []
     if target.state == TargetState.STAGING and target.item_index < len(work):
         return [work[target.item_index]["release"]]
@@ -76,10 +77,11 @@ def _fields(outcome: Outcome) -> dict[str, Any]:
     return fields
 
 
-def _apply(target: RolloutTarget, outcome: Outcome) -> bool:
+def apply_one(target: RolloutTarget, outcome: Outcome) -> bool:
     """Compare-and-set one step's result; run its after-work in the same transaction. False if the row moved."""
-    fields = {"state": outcome.state, "version": F("version") + 1, **_fields(outcome)}
-    cas = RolloutTarget.objects.filter(pk=target.pk, state=target.state, version=target.version)
+    fields = {"state": outcome.state, "version": F("version") + 1, "lease_owner": "", "lease_until": None,
+              **_fields(outcome)}
+    cas = RolloutTarget.objects.filter(pk=target.pk, state=target.state, version=target.version, fence=target.fence)
     if not outcome.after:
         return bool(cas.update(**fields))  # one statement (autocommit)
     with transaction.atomic():
@@ -90,14 +92,14 @@ def _apply(target: RolloutTarget, outcome: Outcome) -> bool:
     return bool(updated)
 
 
-# Columns a step may change, with their PostgreSQL array types (for ``_apply_many``).
+# Columns a step may change, with their PostgreSQL array types (for ``apply_many``).
 _CAS_COLUMNS = (("state", "varchar"), ("next_run_at", "timestamptz"), ("deadline_at", "timestamptz"),
                 ("work", "jsonb"), ("before", "jsonb"), ("after", "jsonb"), ("item_index", "int"),
                 ("attempts", "int"), ("bmc_task_uri", "varchar"), ("last_error", "text"),
                 ("error_class", "varchar"), ("finished_at", "timestamptz"))
 
 
-def _apply_many(pending: list[tuple[RolloutTarget, Outcome]]) -> set[int]:
+def apply_many(pending: list[tuple[RolloutTarget, Outcome]]) -> set[int]:
     """Compare-and-set the results of a whole chunk in one ``UPDATE ... FROM unnest(...)``: each row only if
     its state and version are still those the step read. Returns the ids that applied."""
     if not pending:
@@ -114,10 +116,13 @@ def _apply_many(pending: list[tuple[RolloutTarget, Outcome]]) -> set[int]:
     sets = ", ".join(f'"{name}" = v."{name}"' for name, _ in _CAS_COLUMNS)
     arrays = ", ".join(f"%s::{kind}[]" for _, kind in _CAS_COLUMNS)
     names = ", ".join(f'"{name}"' for name, _ in _CAS_COLUMNS)
-    sql = (f'UPDATE {table} t SET {sets}, version = t.version + 1 '
-           f'FROM unnest(%s::bigint[], %s::int[], %s::varchar[], {arrays}) AS v(id, old_version, old_state, {names}) '
-           f'WHERE t.id = v.id AND t.version = v.old_version AND t.state = v.old_state RETURNING t.id')
+    sql = (f'UPDATE {table} t SET {sets}, version = t.version + 1, lease_owner = \'\', lease_until = NULL '
+           f'FROM unnest(%s::bigint[], %s::int[], %s::varchar[], %s::bigint[], {arrays}) '
+           f'AS v(id, old_version, old_state, fence, {names}) '
+           f'WHERE t.id = v.id AND t.version = v.old_version AND t.state = v.old_state AND t.fence = v.fence '
+           f'RETURNING t.id')
     params = [[t.pk for t, _ in pending], [t.version for t, _ in pending], [t.state for t, _ in pending],
+              [t.fence for t, _ in pending],
               *(columns[name] for name, _ in _CAS_COLUMNS)]
     with connection.cursor() as cursor:
         cursor.execute(sql, params)

@@ -10,11 +10,13 @@ from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from firmware.models import Rollout, RolloutState, RolloutWave, WaveState
-from firmware.services import engine, gates
-from firmware.services.engine.admission import _admit
-from firmware.services.engine.dispatch import _chunks, _due
-from firmware.services.engine.locks import TICK_LOCK, _pg
+from firmware.models import Rollout, RolloutState, RolloutTarget, RolloutWave, TargetState, WaveState
+from firmware.models.rollout import TARGET_IN_FLIGHT
+from firmware.services import gates
+from firmware.services.engine.admission import admit
+from firmware.services.engine.canary import canary_reinforce
+from firmware.services.engine.dispatch import chunks_of, lease_due_targets, send_steps
+from firmware.services.engine.locks import TICK_LOCK, is_postgres
 from firmware.services.plan import strategy_parse
 from firmware.services.rollout import ENGINE, rollout_abort, rollout_engine_complete, rollout_engine_pause
 
@@ -33,7 +35,7 @@ def rollout_tick(*, now: dt.datetime | None = None, limit: int | None = None) ->
     the first one running returns ``ran=False``."""
     result = TickResult()
     with transaction.atomic():
-        if _pg():  # (SQLite, the embedded default, serialises writers anyway)
+        if is_postgres():  # (SQLite, the embedded default, serialises writers anyway)
             with connection.cursor() as cursor:
                 cursor.execute("SELECT pg_try_advisory_xact_lock(%s)", [TICK_LOCK])
                 if not cursor.fetchone()[0]:
@@ -43,12 +45,12 @@ def rollout_tick(*, now: dt.datetime | None = None, limit: int | None = None) ->
             verdict = _judge_wave(rollout, now)
             if verdict:
                 result.waves.append(f"{rollout.pk}: {verdict}")
-        result.admitted = _admit(now)
-        pairs = _due(now, limit or settings.FLEET_ROLLOUT_TICK_LIMIT)
+        result.admitted = admit(now)
+        pairs = lease_due_targets(now, limit or settings.FLEET_ROLLOUT_TICK_LIMIT)
         result.dispatched = len(pairs)
-        chunks = _chunks(pairs)
+        chunks = chunks_of(pairs)
         result.messages = len(chunks)
-        transaction.on_commit(lambda: engine.send_steps(chunks))  # on the package: tests replace it there
+        transaction.on_commit(lambda: send_steps(chunks))
     return result
 
 
@@ -65,6 +67,16 @@ def _judge_wave(rollout: Rollout, now: dt.datetime) -> str:
     if wave.state not in (WaveState.RUNNING, WaveState.SOAKING):
         return ""
     is_canary = wave.index == 0 and strategy.canary
+    if is_canary:
+        moved, exhausted = canary_reinforce(wave)
+        if moved:
+            return f"{wave.name}: {moved} more target(s) for upgrade paths whose units failed on infrastructure"
+        if exhausted and not RolloutTarget.objects.filter(wave=wave, state__in=TARGET_IN_FLIGHT + (
+                TargetState.PENDING,)).exists():
+            reason = (f"{wave.name}: {len(exhausted)} upgrade path(s) untested: every unit failed on "
+                      "infrastructure and none is left to try")
+            rollout_engine_pause(rollout_id=rollout.pk, reason=reason)
+            return f"paused: {reason}"
     verdict = gates.wave_gate(wave=wave, strategy=strategy, now=now, is_canary=is_canary)
     if verdict.outcome == gates.WAIT:
         return ""

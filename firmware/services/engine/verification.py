@@ -9,18 +9,18 @@ from django.db.models import F
 from django.utils import timezone
 
 from firmware.inventory_map import components_from_inventory
-from firmware.models import ErrorClass, RolloutTarget, TargetState, TargetStep, UpdateMethod, version_key
+from firmware.models import ErrorClass, RolloutTarget, TargetState, UpdateMethod, version_key
 from firmware.redfish import BmcError, bmc_client_forget
-from firmware.services.engine.context import _Context
-from firmware.services.engine.outcomes import Outcome, _fail, _later
-from firmware.services.engine.side_effects import _client, _send_action
+from firmware.services.engine.context import StepContext
+from firmware.services.engine.outcomes import Outcome, fail, later
+from firmware.services.engine.side_effects import client_for
 from firmware.services.rollout import ENGINE
 
 
-def _precheck(target: RolloutTarget, ctx: _Context) -> Outcome:
+def precheck_step(target: RolloutTarget, ctx: StepContext) -> Outcome:
     """Read the BMC's FirmwareInventory; list the bundle items this server still needs (``work``). Nothing
     needed: skipped (already compliant). A version below the release's lowest upgradable one: failed."""
-    client = _client(target)
+    client = client_for(target)
     items = ctx.bundle_items(target.rollout.bundle_id)
     ids = client.inventory_ids()
     specs = [ctx.specs[c] for c in ctx.specs if ctx.specs[c].inventory_pattern]
@@ -61,7 +61,7 @@ def _precheck(target: RolloutTarget, ctx: _Context) -> Outcome:
                      "related": sorted({r["@odata.id"] for i in stale for r in docs[i].get("RelatedItem") or []
                                         if isinstance(r, dict) and r.get("@odata.id")})})
     if problems:
-        return _fail(target, ErrorClass.FIRMWARE, "precheck: " + "; ".join(problems), [], before=before)
+        return fail(target, ErrorClass.FIRMWARE, "precheck: " + "; ".join(problems), [], before=before)
     if not work:
         return Outcome(TargetState.SKIPPED, {"before": before, "after": before,
                                              "last_error": "already compliant"})
@@ -69,20 +69,20 @@ def _precheck(target: RolloutTarget, ctx: _Context) -> Outcome:
                                          "last_error": "", "error_class": ""}, again_now=True)
 
 
-def _verifying(target: RolloutTarget, ctx: _Context) -> Outcome:
+def verifying_step(target: RolloutTarget, ctx: StepContext) -> Outcome:
     """Every targeted inventory item must report the new version. A BMC that is rebooting answers later; a
     version still old when the deadline passes is a firmware failure."""
     now = timezone.now()
     work = target.work
     deadline = target.deadline_at or now
-    client = _client(target)
+    client = client_for(target)
     try:
         ids = sorted({i for w in work for i in w["verify"]})
         versions = client.versions(ids)
     except BmcError as exc:
         if exc.error_class == ErrorClass.INFRA and now < deadline:
             bmc_client_forget(target.server.bmc_address)
-            return _later(target, exc.retry_after or 2, last_error=f"waiting for the BMC: {exc}"[:2000])
+            return later(target, exc.retry_after or 2, last_error=f"waiting for the BMC: {exc}"[:2000])
         raise
     wrong = [f"{i} reports {versions.get(i) or 'nothing'}, expected {w['version']}"
              for w in work for i in w["verify"] if version_key(versions.get(i, "")) != version_key(w["version"])]
@@ -91,22 +91,14 @@ def _verifying(target: RolloutTarget, ctx: _Context) -> Outcome:
         members = [{"Id": i, "Version": v} for i, v in versions.items()]
         return Outcome(TargetState.SUCCEEDED, {"after": after, "last_error": "", "deadline_at": None},
                        succeeded=(target.server, [w["release"] for w in work], members))
-    unconfirmed = next((st for st in ctx.steps[target.pk].values()
-                        if st.kind == "reset" and st.response_status is None), None)
-    if unconfirmed is not None:  # recorded, never confirmed (the worker died around the request): send it once more
-        kind = unconfirmed.idem_key.rsplit(":", 1)[-1]
-        status = _send_action(client, f"reset:{kind}", work)
-        TargetStep.objects.filter(pk=unconfirmed.pk).update(response_status=status, outcome="sent again",
-                                                            finished_at=now)
-        return _later(target, 2)
     if now < deadline:
-        return _later(target, 2, last_error="waiting: " + "; ".join(wrong[:3]))
-    return _fail(target, ErrorClass.FIRMWARE, "verification: " + "; ".join(wrong[:5]),
+        return later(target, 2, last_error="waiting: " + "; ".join(wrong[:3]))
+    return fail(target, ErrorClass.FIRMWARE, "verification: " + "; ".join(wrong[:5]),
                  [w["release"] for w in work if any(version_key(versions.get(i, "")) != version_key(w["version"])
                                                     for i in w["verify"])], after=after)
 
 
-def _flush_successes(ctx: _Context) -> None:
+def flush_successes(ctx: StepContext) -> None:
     """Count the chunk's successes on their releases (one UPDATE per release, not one per target on a hot row)
     and record the verified versions as observed firmware (one COPY for server components). A worker killed
     before this loses a chunk's counts and observations, never a target's state: the next inventory sweep

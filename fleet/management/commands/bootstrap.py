@@ -37,6 +37,7 @@ from inventory.demo import inventory_is_empty
 from inventory.models import Gpu
 from inventory.telemetry.demo import telemetry_demo_backfill
 from inventory.telemetry.health import health_evaluate
+from procurement.demo import procurement_demo_seed
 
 DEMO_ROLES = (VIEWER, OPERATOR, APPROVER)
 
@@ -61,11 +62,16 @@ class Command(BaseCommand):
     def handle(self, *args: Any, demo_gpus: int, demo_seed: int, **options: Any) -> None:
         self.url = f"http://127.0.0.1:{os.environ.get('PORT', '8000')}/"
         self.var = Path(settings.VAR_DIR)
+        self.credentials: list[str] = []
         roles_sync()
         self.admin()
         component_specs_ensure(actor=SYSTEM)
         if demo_gpus > 0:
             self.demo(demo_gpus, demo_seed)
+        # Last, so the demo's output does not scroll them away before `make run` starts the servers; printed
+        # only by the run that creates the accounts (later runs say where the passwords are kept).
+        for line in self.credentials:
+            self.stdout.write(self.style.SUCCESS(line))
 
     def admin(self) -> None:
         username = os.environ.get("FLEET_ADMIN_USER", "").strip() or "admin"
@@ -86,7 +92,7 @@ class Command(BaseCommand):
             return
         _write_secret(path, password)
         self.stdout.write(self.style.SUCCESS(f"Created admin account; password saved in {path}"))
-        self.stdout.write(self.style.SUCCESS(f"Log in at {self.url} as {username} / {password}"))
+        self.credentials.append(f"Log in at {self.url} as {username} / {password}")
 
     def demo(self, gpus: int, seed: int) -> None:
         if not inventory_is_empty():
@@ -110,8 +116,7 @@ class Command(BaseCommand):
             _write_secret(path, password)
             names = ", ".join(u.get_username() for u in created)
             self.stdout.write(self.style.SUCCESS(f"Demo users {names} (one per role), password saved in {path}"))
-            self.stdout.write(self.style.SUCCESS(f"Log in at {self.url} as viewer / {password} (same password for "
-                                                 f"{names})"))
+            self.credentials.append(f"Demo users: log in as viewer / {password} (same password for {names})")
         self.demo_firmware_and_telemetry()
 
     def demo_firmware_and_telemetry(self) -> None:
@@ -122,6 +127,7 @@ class Command(BaseCommand):
         health = health_evaluate()  # the Health page is populated from the start; beat re-evaluates every 5 minutes
         flags = ", ".join(f"{n} {kind}" for kind, n in health["candidates"].items()) or "none"
         self.stdout.write(f"Health: {health['raised']} GPUs flagged ({flags})")
+        self.stdout.write(f"Procurement: {procurement_demo_seed(actor=SYSTEM)}")
         rollout = rollout_demo_create(simulator_url=settings.FLEET_DEMO_BMC_URL, actor=SYSTEM)
         if rollout is not None:
             self.stdout.write(f"Demo rollout '{rollout.name}' ({rollout.get_state_display()}) on the BMC simulator "

@@ -47,6 +47,8 @@ class Command(BaseCommand):
         filename = files[0].filename if len(files) == 1 else f"{len(files)} files"
         with audit_source(AuditSource.CLI):
             result = gpus_import_many(files=files, fmt=fmt, actor=SystemActor(f"cli:{_os_user()}"), dry_run=dry_run)
+        for notice in result.notices:
+            self.stderr.write(f"notice: {notice}")
         if result.errors:
             raise CommandError(f"{filename}: nothing imported, {len(result.errors)} error(s):\n"
                                + "\n".join(str(error) for error in result.errors))

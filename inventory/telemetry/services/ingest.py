@@ -16,6 +16,7 @@ from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from fleet.audit import Actor
+from fleet.metrics import telemetry_observe
 from inventory.telemetry.models import IngestSource, XidEvent, XidSource, xid_is_hardware
 from inventory.telemetry.sample import GpuSample, ParsedBatch, TelemetryParseError, XidLine
 from inventory.telemetry.services.identities import identity_cache_clear, identity_text, map_identities
@@ -40,11 +41,12 @@ class IngestResult:
     lines: int = 0
     unknown_examples: list[str] = field(default_factory=list)
     duration_ms: int = 0
+    notices: list[str] = field(default_factory=list)  # harmless things read past (new CSV columns)
 
     def summary(self) -> dict[str, Any]:
         """What the API, the command and the source page show."""
         return {"samples": self.samples, "unknown": self.unknown, "rejected": dict(sorted(self.rejected.items())),
-                "xid_events": self.xid_events, "unknown_examples": self.unknown_examples}
+                "xid_events": self.xid_events, "unknown_examples": self.unknown_examples, "notices": self.notices}
 
 
 INT4_MAX = 2**31 - 1
@@ -147,7 +149,7 @@ class IngestItem(NamedTuple):
 def _map(batch: ParsedBatch, *, source: IngestSource | None, now: dt.datetime,
          oldest: dt.datetime) -> tuple[IngestResult, list[tuple], list[int | None]]:
     """A parsed body's rows for the store (and its XID lines' gpu ids), its counts in an IngestResult."""
-    result = IngestResult(lines=batch.lines, rejected=collections.Counter(batch.rejected))
+    result = IngestResult(lines=batch.lines, rejected=collections.Counter(batch.rejected), notices=list(batch.notices))
     rows = sample_rows(batch.samples, map_identities(batch.samples), now=now, oldest=oldest, result=result,
                        source_id=source.pk if source is not None else None)
     return result, rows, map_identities(batch.xids) if batch.xids else []
@@ -237,6 +239,9 @@ def _record_all(items: Sequence[IngestItem | tuple], outcomes: list[IngestResult
         duration_ms = int((spent[index] + write_s) * 1000) + (fetch_ms[index] if fetch_ms else 0)
         if isinstance(outcome, IngestResult):
             outcome.duration_ms = duration_ms
+            telemetry_observe(samples=outcome.samples, unknown=outcome.unknown, rejected=outcome.rejected)
+        else:
+            telemetry_observe(rejected={f"body_{getattr(outcome, 'reason', 'error')}": 1})
         if item[0] is not None:
             records.append(SourceRecord(item[0], outcome, duration_ms))
     sources_record(records=records, now=now)

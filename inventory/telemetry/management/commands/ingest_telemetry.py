@@ -1,4 +1,8 @@
-"""``manage.py ingest_telemetry PATH [PATH ...] --format ...``: telemetry files through the one ingest service."""
+"""``manage.py ingest_telemetry PATH [PATH ...] --format ...``: telemetry files through the one ingest service.
+
+The service writes into the inbox (on PostgreSQL); the beat's merge makes pushed data visible within ~15 s.
+A command line has no beat to wait for: the command merges the inbox before it returns, so what it reports
+as written is on the GPU pages and in the API when it exits (``--no-merge`` leaves it to the beat)."""
 
 from __future__ import annotations
 
@@ -14,7 +18,7 @@ from fleet.audit import SystemActor, audit_source
 from fleet.models import AuditSource
 from inventory.telemetry.models import IngestKind
 from inventory.telemetry.sample import TelemetryParseError
-from inventory.telemetry.services import FORMATS, ingest_source_for, telemetry_ingest
+from inventory.telemetry.services import FORMATS, ingest_source_for, telemetry_ingest, telemetry_merge
 
 
 class Command(BaseCommand):
@@ -28,12 +32,15 @@ class Command(BaseCommand):
                             help="The host the files come from (nvidia-smi output and kernel logs do not name it)")
         parser.add_argument("--source", default="cli", metavar="NAME", help="Ingest source to report under")
         parser.add_argument("--json", action="store_true", help="Print one JSON summary per file")
+        parser.add_argument("--no-merge", action="store_true",
+                            help="Leave the samples in the inbox for the beat's merge (visible within ~15 s "
+                                 "while beat runs) instead of merging them before the command returns")
 
     def handle(self, *args: Any, **options: Any) -> None:
         actor = SystemActor(f"cli:{getpass.getuser()}")
         with audit_source(AuditSource.CLI):
             source = ingest_source_for(name=options["source"], kind=IngestKind.FILE, actor=actor)
-            failed = 0
+            failed = written = 0
             for name in options["paths"]:
                 path = Path(name)
                 try:
@@ -52,6 +59,9 @@ class Command(BaseCommand):
                     self.stderr.write(f"{name}: nothing written: {where}{exc.message} ({exc.reason})")
                     continue
                 summary = result.summary()
+                written += summary["samples"]
+                for notice in summary["notices"]:
+                    self.stderr.write(f"{name}: notice: {notice}")
                 if options["json"]:
                     self.stdout.write(json.dumps({"file": name, **summary}))
                 else:
@@ -59,5 +69,10 @@ class Command(BaseCommand):
                     unknown = f" (e.g. {', '.join(summary['unknown_examples'][:3])})" if summary["unknown"] else ""
                     self.stdout.write(f"{name}: {summary['samples']} samples, {summary['xid_events']} new XID events, "
                                       f"{summary['unknown']} unknown GPUs{unknown}, rejected: {rejected}")
+            if written and not options["no_merge"]:
+                merged = telemetry_merge()
+                self.stdout.write(f"Merged {merged.samples} samples from the inbox: visible now.")
+            elif written:
+                self.stdout.write("Samples left in the inbox (--no-merge): visible after the beat's next merge.")
             if failed:
                 raise CommandError(f"{failed} of {len(options['paths'])} files were not ingested.")

@@ -1,0 +1,340 @@
+#!/usr/bin/env python
+"""Load benchmark: Fleet served as ``make run`` serves it, 16 concurrent clients for 60 s.
+
+    DATABASE_URL=postgres://postgres@127.0.0.1:5432/fleet_bench_load .venv/bin/python bench/load.py
+
+On a DEDICATED database (the one in DATABASE_URL when its name contains "bench_load", else
+``fleet_bench_load`` on the same server; dropped and re-created unless ``--reuse``): migrate,
+createcachetable, ``bootstrap --demo-gpus N`` (the demo fleet ``make run`` loads, with 24 h of telemetry),
+then the Procfile's ``web`` process (gunicorn with ``fleet/gunicorn_conf.py``) on a free port, with a Celery
+worker and beat as ``make run`` has them (``--no-background`` leaves them out). ``REDIS_URL`` is used when set,
+as ``make run`` would.
+
+The clients (``--clients``, split over two processes so the client's own GIL does not queue them) each
+keep one HTTP/1.1 connection and pick, per request: the API GPU list (first page) and up to 4 more
+pages by its cursor, a lookup by serial (API), the HTML GPU list (first page or a page after a random
+GPU) and the heatmap data. Latency is measured at the client, from sending the request to the last byte
+of the response. Any status other than 200, and any connection error, is an error.
+
+The last line of output is one JSON object: requests, errors, p99_ms (targets: 0 errors, p99 <= 150 ms),
+req/s and the server's configuration. The machine's cores are shared by the server, PostgreSQL, Redis,
+Celery and the clients: figures are noisy; the load average is printed with them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import multiprocessing
+import os
+import random
+import re
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from urllib.parse import urlencode, urlsplit
+
+from benchlib import bench_database_url, loadavg, recreate_database, say
+
+ROOT = Path(__file__).resolve().parents[1]
+PY = sys.executable
+TARGETS = {"errors": 0, "p99_ms": 150.0}
+MIX = (("api_list", 25), ("api_cursor", 0), ("serial", 20), ("html_list", 25), ("heatmap", 10), ("html_deep", 20))
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def manage(env: dict[str, str], *args: str) -> str:
+    out = subprocess.run([PY, "manage.py", *args], cwd=ROOT, env=env, check=True, capture_output=True,  # noqa: S603
+                         text=True)
+    return out.stdout
+
+
+# --- the clients ---------------------------------------------------------------------------------------------
+
+
+class Client:
+    """One keep-alive connection, the viewer's session cookie and API token."""
+
+    def __init__(self, port: int, cookie: str, token: str) -> None:
+        self.port, self.cookie, self.token = port, cookie, token
+        self.conn: http.client.HTTPConnection | None = None
+
+    def get(self, path: str, *, api: bool) -> tuple[int, bytes, float]:
+        headers = {"Authorization": f"Token {self.token}"} if api else {"Cookie": self.cookie}
+        started = time.perf_counter()
+        for attempt in (1, 2):
+            if self.conn is None:
+                self.conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
+            try:
+                self.conn.request("GET", path, headers=headers)
+                response = self.conn.getresponse()
+                body = response.read()
+                if response.getheader("Connection", "").lower() == "close":
+                    self.conn.close()
+                    self.conn = None
+                return response.status, body, time.perf_counter() - started
+            except (ConnectionError, http.client.HTTPException, OSError):
+                self.conn.close()
+                self.conn = None
+                if attempt == 2:
+                    raise
+                started = time.perf_counter()  # a kept-alive connection the server closed: reconnect once
+        raise AssertionError("unreachable")
+
+
+def client_thread(port: int, cookie: str, token: str, fixtures: dict, until: float, seed: int,
+                  out: list[tuple[str, int, float]]) -> None:
+    rng = random.Random(seed)
+    client = Client(port, cookie, token)
+    kinds = [kind for kind, weight in MIX for _ in range(weight)]
+    serial_param = fixtures["serial_param"]
+    while time.perf_counter() < until:
+        kind = rng.choice(kinds)
+        try:
+            if kind == "api_list":
+                status, body, seconds = client.get("/api/v1/gpus/", api=True)
+                out.append((kind, status, seconds))
+                pages = rng.randint(0, 4)
+                while status == 200 and pages and time.perf_counter() < until:
+                    following = json.loads(body).get("next")
+                    if not following:
+                        break
+                    status, body, seconds = client.get(urlsplit(following)._replace(scheme="", netloc="").geturl(),
+                                                       api=True)
+                    out.append(("api_cursor", status, seconds))
+                    pages -= 1
+                continue
+            if kind == "serial":
+                path = "/api/v1/gpus/?" + urlencode({serial_param: rng.choice(fixtures["serials"])})
+                status, _, seconds = client.get(path, api=True)
+            elif kind == "html_list":
+                status, _, seconds = client.get("/gpus/", api=False)
+            elif kind == "html_deep":
+                status, _, seconds = client.get(f"/gpus/?after={rng.choice(fixtures['ids'])}", api=False)
+            else:
+                status, _, seconds = client.get("/api/v1/telemetry/heatmap/", api=True)
+            out.append((kind, status, seconds))
+        except Exception:  # noqa: BLE001 - a connection error is an error of the run, counted
+            out.append((kind, -1, 0.0))
+
+
+def client_process(args: tuple) -> list[tuple[str, int, float]]:
+    port, cookie, token, fixtures, threads, start_at, seconds, seed = args
+    while time.time() < start_at:
+        time.sleep(0.01)
+    until = time.perf_counter() + seconds
+    results: list[list[tuple[str, int, float]]] = [[] for _ in range(threads)]
+    workers = [threading.Thread(target=client_thread, args=(port, cookie, token, fixtures, until, seed * 100 + i,
+                                                            results[i])) for i in range(threads)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    return [row for rows in results for row in rows]
+
+
+# --- set-up ----------------------------------------------------------------------------------------------------
+
+
+def login(port: int, username: str, password: str) -> str:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    conn.request("GET", "/login/")
+    response = conn.getresponse()
+    response.read()
+    csrf = re.search(r"csrftoken=([^;]+)", response.getheader("Set-Cookie", "")).group(1)  # type: ignore[union-attr]
+    body = urlencode({"username": username, "password": password, "csrfmiddlewaretoken": csrf, "next": "/gpus/"})
+    conn.request("POST", "/login/", body=body, headers={"Content-Type": "application/x-www-form-urlencoded",
+                                                       "Cookie": f"csrftoken={csrf}"})
+    response = conn.getresponse()
+    response.read()
+    session = re.search(r"sessionid=([^;]+)", response.getheader("Set-Cookie", ""))
+    if response.status != 302 or not session:
+        sys.exit(f"login as {username} failed: {response.status}")
+    return f"csrftoken={csrf}; sessionid={session.group(1)}"
+
+
+def wait_ready(port: int, proc: subprocess.Popen, timeout: float = 60) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            sys.exit(f"the server exited with {proc.returncode}")
+        try:
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
+            conn.request("GET", "/readyz")
+            if conn.getresponse().status == 200:
+                return
+        except OSError:
+            pass
+        time.sleep(0.3)
+    sys.exit("the server did not become ready")
+
+
+def fixtures_collect(port: int, token: str) -> dict:
+    """Serial numbers and GPU ids to look up, read through the API as a client would."""
+    client = Client(port, "", token)
+    serials, ids = [], []
+    path = "/api/v1/gpus/"
+    for _ in range(20):
+        status, body, _ = client.get(path, api=True)
+        page = json.loads(body)
+        serials += [gpu["serial"] for gpu in page["results"]]
+        ids += [gpu["id"] for gpu in page["results"]]
+        if not page.get("next"):
+            break
+        path = urlsplit(page["next"])._replace(scheme="", netloc="").geturl()
+    # The exact ?serial= filter where the API has it (an older one ignores the parameter: its first page is
+    # not the one GPU asked for), else the search ?q=.
+    status, body, _ = client.get("/api/v1/gpus/?" + urlencode({"serial": serials[-1]}), api=True)
+    exact = status == 200 and [gpu["serial"] for gpu in json.loads(body)["results"]] == [serials[-1]]
+    return {"serials": serials, "ids": ids, "serial_param": "serial" if exact else "q"}
+
+
+def tree_cpu_seconds(root: int) -> float:
+    """CPU seconds (user + system) used so far by ``root`` and its descendants that are alive (the web
+    server's workers): per request, a figure the other load on the machine moves much less than latency."""
+    children: dict[int, list[int]] = {}
+    stats: dict[int, list[str]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        stats[int(entry.name)] = fields
+        children.setdefault(int(fields[1]), []).append(int(entry.name))
+    total, todo = 0.0, [root]
+    while todo:
+        pid = todo.pop()
+        if pid in stats:
+            total += (int(stats[pid][11]) + int(stats[pid][12])) / os.sysconf("SC_CLK_TCK")
+        todo.extend(children.get(pid, []))
+    return total
+
+
+def percentile(values: list[float], pct: float) -> float:
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(pct / 100 * (len(ordered) - 1))))]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--gpus", type=int, default=2000, help="demo fleet size (make run's DEMO_GPUS, default 2000)")
+    parser.add_argument("--clients", type=int, default=16)
+    parser.add_argument("--seconds", type=float, default=60)
+    parser.add_argument("--warmup", type=float, default=5)
+    parser.add_argument("--reuse", action="store_true", help="keep a bench database that already holds the fleet")
+    parser.add_argument("--no-background", action="store_true", help="no Celery worker and beat")
+    parser.add_argument("--worker-class", default=None, help="override fleet/gunicorn_conf.py (sync, gthread)")
+    parser.add_argument("--workers", type=int, default=None)
+    parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--keepalive", type=int, default=None)
+    args = parser.parse_args()
+
+    url = bench_database_url(os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/fleet_bench_load"),
+                             "fleet_bench_load")
+    var = Path(tempfile.mkdtemp(prefix="fleet-load-"))
+    env = {**os.environ, "DATABASE_URL": url, "FLEET_VAR_DIR": str(var), "FLEET_DEMO_BMC_URL": "http://127.0.0.1:9",
+           "PROMETHEUS_MULTIPROC_DIR": str(var / "prometheus")}
+    for name, value in (("GUNICORN_WORKER_CLASS", args.worker_class), ("GUNICORN_WORKERS", args.workers),
+                        ("GUNICORN_THREADS", args.threads), ("GUNICORN_KEEPALIVE", args.keepalive)):
+        if value is not None:
+            env[name] = str(value)
+    say(f"Fleet load benchmark on {urlsplit(url).path.lstrip('/')} ({loadavg()})")
+    started = time.perf_counter()
+    if not args.reuse:
+        recreate_database(url)
+    manage(env, "migrate", "--no-input")
+    manage(env, "createcachetable")
+    manage(env, "bootstrap", "--demo-gpus", str(args.gpus))
+    password = manage(env, "shell", "-c", "from django.contrib.auth import get_user_model as g; u = g().objects."
+                      "get(username='viewer'); u.set_password('load-bench-viewer'); u.save(); print('ok')")
+    assert password.strip().splitlines()[-1] == "ok", password
+    token = manage(env, "shell", "-c", "from django.contrib.auth import get_user_model as g; "
+                   "from fleet.tokens import token_create; u = g().objects.get(username='viewer'); "
+                   "print(token_create(user=u, name='load', scope='read', actor=u)[1])").strip().splitlines()[-1]
+    say(f"set-up ({args.gpus:,} demo GPUs, 24 h of telemetry): {time.perf_counter() - started:.1f} s")
+
+    port = free_port()
+    env["PORT"] = str(port)
+    web = [str(ROOT / ".venv/bin/gunicorn"), "fleet.wsgi", "--config", "fleet/gunicorn_conf.py"]  # the Procfile's
+    procs = [subprocess.Popen(web, cwd=ROOT, env=env, stdout=subprocess.DEVNULL,  # noqa: S603
+                              stderr=subprocess.DEVNULL,
+                              start_new_session=True)]
+    if not args.no_background:  # as the Procfile runs them
+        procs.extend(subprocess.Popen([str(ROOT / ".venv/bin/celery"), "-A", "fleet", *cmd], cwd=ROOT,  # noqa: S603
+                                      env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                      start_new_session=True)
+                     for cmd in (["worker", "--loglevel", "WARNING", "--concurrency", "2"],
+                                 ["beat", "--loglevel", "WARNING"]))
+    try:
+        wait_ready(port, procs[0])
+        cookie = login(port, "viewer", "load-bench-viewer")
+        fixtures = fixtures_collect(port, token)
+        config = json.loads(subprocess.run(  # noqa: S603
+            [PY, "-c", "import json, runpy; c = runpy.run_path('fleet/gunicorn_conf.py'); print(json.dumps("
+             "{k: c[k] for k in ('worker_class', 'workers', 'threads', 'keepalive')}))"],
+            cwd=ROOT, env=env, check=True, capture_output=True, text=True).stdout)
+        say(f"gunicorn {config}; background: {'none' if args.no_background else 'celery worker + beat'}; "
+            f"serial lookups by ?{fixtures['serial_param']}=")
+        processes = 2 if args.clients >= 2 else 1
+        per = [args.clients // processes + (1 if i < args.clients % processes else 0) for i in range(processes)]
+        with multiprocessing.get_context("spawn").Pool(processes) as pool:
+            warm = time.time() + 1
+            pool.map(client_process, [(port, cookie, token, fixtures, n, warm, args.warmup, i) for i, n in enumerate(per)])
+            say(f"warm-up {args.warmup:.0f} s done ({loadavg()})")
+            start_at = time.time() + 1
+            cpu_before = tree_cpu_seconds(procs[0].pid)
+            rows = [row for part in pool.map(client_process, [(port, cookie, token, fixtures, n, start_at,
+                                                               args.seconds, 10 + i) for i, n in enumerate(per)])
+                    for row in part]
+            server_cpu = tree_cpu_seconds(procs[0].pid) - cpu_before
+    finally:
+        for proc in procs:
+            try:
+                os.killpg(proc.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        for proc in procs:
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+
+    errors = [row for row in rows if row[1] != 200]
+    say(f"\n{args.clients} clients for {args.seconds:.0f} s ({loadavg()}):")
+    for kind, _ in (*MIX, ):
+        times = [row[2] * 1000 for row in rows if row[0] == kind and row[1] == 200]
+        if times:
+            say(f"  {kind:<11} {len(times):6d} req  p50 {statistics.median(times):6.1f}  p95 {percentile(times, 95):6.1f}"
+                f"  p99 {percentile(times, 99):6.1f}  max {max(times):7.1f} ms")
+    times = [row[2] * 1000 for row in rows if row[1] == 200]
+    p99 = round(percentile(times, 99), 1)
+    statuses = sorted({row[1] for row in errors})
+    say(f"  all         {len(rows):6d} req  p50 {statistics.median(times):6.1f}  p95 {percentile(times, 95):6.1f}  "
+        f"p99 {p99:6.1f} ms  [target <= {TARGETS['p99_ms']:.0f}: {'ok' if p99 <= TARGETS['p99_ms'] else 'MISSES'}]  "
+        f"{len(rows) / args.seconds:.0f} req/s; errors {len(errors)} {statuses if errors else ''}")
+    cpu_ms = round(server_cpu * 1000 / max(len(rows), 1), 2)
+    say(f"  web server CPU per request: {cpu_ms} ms (gunicorn workers; PostgreSQL's share not included)")
+    print(json.dumps({"requests": len(rows), "errors": len(errors), "p99_ms": p99,
+                      "p95_ms": round(percentile(times, 95), 1), "rps": round(len(rows) / args.seconds),
+                      "server_cpu_ms_per_request": cpu_ms,
+                      "gunicorn": config, "load": [round(x, 1) for x in os.getloadavg()]}), flush=True)
+
+
+if __name__ == "__main__":
+    main()

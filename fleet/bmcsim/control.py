@@ -1,0 +1,90 @@
+"""The control API under ``/_sim/`` (JSON, no auth): configuration, BMCs, statistics, the manual clock."""
+
+import json
+from urllib.parse import parse_qs
+
+from .config import REBOOT_MODES
+from .profiles import PROFILES
+from .records import ManualClock
+from .state import Simulator
+
+INDEX = {
+    "GET /_sim/config": "the configuration",
+    "POST /_sim/config": "change configuration keys (faults replaces the whole rule list)",
+    "GET /_sim/bmcs": "every BMC with its base URL",
+    "POST /_sim/bmcs": "create or reset BMCs: {count, prefix, start, ids, profile, versions, bmc_class}",
+    "GET /_sim/bmcs/<id>": "one BMC's state: versions, pending images, power, tasks",
+    "DELETE /_sim/bmcs/<id>": "remove a BMC",
+    "GET /_sim/stats[?bmc=<id>]": "request, update-request (per bmc/component/version), task, reset, fault counts",
+    "POST /_sim/stats/reset": "zero the statistics",
+    "GET /_sim/counters[?bmc=<id>]": "mutating requests received and processed, per BMC and 'METHOD /path'",
+    "POST /_sim/counters/reset": "zero the counters",
+    "POST /_sim/bmcs/<id>/reboot": "{seconds, mode}: a reboot window (refused, 503, 404, mixed)",
+    "POST /_sim/reset": "forget every BMC and the statistics (the configuration stays)",
+    "GET /_sim/profiles": "platform profiles and their components",
+    "POST /_sim/clock/advance": "{seconds}: move a manual clock on (a simulator started with a ManualClock)",
+}
+
+
+def dispatch(sim: Simulator, base_url: str, method: str, path: str, query: str, body: bytes) -> tuple[int, object]:
+    parts = tuple(p for p in path.split("/")[2:] if p)
+    try:
+        data = json.loads(body) if body else {}
+    except ValueError:
+        return 400, {"error": "malformed JSON"}
+    try:
+        return _route(sim, base_url, method, parts, parse_qs(query), data)
+    except (ValueError, TypeError, KeyError) as exc:
+        return 400, {"error": str(exc)}
+
+
+def _route(sim: Simulator, base_url: str, method: str, parts: tuple[str, ...], query: dict, data):
+    match method, parts:
+        case "GET", ():
+            return 200, INDEX
+        case "GET", ("config",):
+            return 200, sim.config.as_json()
+        case "POST", ("config",):
+            return 200, sim.configure(data).as_json()
+        case "GET", ("bmcs",):
+            members = [{"id": i, "url": f"{base_url}/bmc/{i}"} for i in sim.bmc_ids()]
+            return 200, {"Members": members, "count": len(members)}
+        case "POST", ("bmcs",):
+            ids = sim.create_bmcs(**data)
+            return 201, {"ids": ids, "urls": [f"{base_url}/bmc/{i}" for i in ids]}
+        case "GET", ("bmcs", bmc_id) if sim.bmc(bmc_id):
+            return 200, sim.snapshot(sim.bmc(bmc_id))
+        case "DELETE", ("bmcs", bmc_id) if sim.delete_bmc(bmc_id):
+            return 204, None
+        case "GET", ("stats",):
+            return 200, sim.stats.as_json(query.get("bmc", [None])[0])
+        case "GET", ("counters",):
+            return 200, sim.stats.counters_json(query.get("bmc", [None])[0])
+        case "POST", ("counters", "reset"):
+            sim.stats.clear_counters()
+            return 204, None
+        case "POST", ("bmcs", bmc_id, "reboot") if sim.bmc(bmc_id):
+            bmc = sim.bmc(bmc_id)
+            mode = str(data.get("mode", ""))
+            if mode and mode not in REBOOT_MODES:
+                raise ValueError(f"mode must be one of {REBOOT_MODES}")
+            with bmc.lock:
+                sim.reboot_window(bmc, float(data.get("seconds", 5)), mode)
+            return 204, None
+        case "POST", ("stats", "reset"):
+            sim.stats.clear()
+            return 204, None
+        case "POST", ("reset",):
+            sim.clear()
+            return 204, None
+        case "GET", ("profiles",):
+            return 200, {name: {"components": {c.id: {"version": c.version, "activation": c.activation,
+                                                      "updateable": c.updateable} for c in p.components},
+                                "systems": p.systems, "chassis": p.chassis, "managers": p.managers}
+                         for name, p in PROFILES.items()}
+        case "POST", ("clock", "advance"):
+            if not isinstance(sim.clock, ManualClock):
+                return 409, {"error": "the simulator runs on the wall clock"}
+            sim.clock.advance(float(data["seconds"]))
+            return 200, {"now": sim.clock()}
+    return 404, {"error": f"no such control endpoint: {method} /_sim/{'/'.join(parts)}", "endpoints": INDEX}

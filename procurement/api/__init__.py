@@ -1,0 +1,1 @@
+"""The procurement REST API (``/api/v1/procurement/...``)."""

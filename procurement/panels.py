@@ -1,0 +1,22 @@
+"""Procurement's panel on inventory's GPU page: the board's order, warranty and RMA cases, and "Open RMA case".
+
+Registered with ``inventory.panels`` by ``ProcurementConfig.ready()``; inventory never imports this module."""
+
+from __future__ import annotations
+
+from inventory.models import Gpu, GpuState
+from inventory.panels import Panel, panel_register
+from procurement.models import GpuAsset
+from procurement.services.rma import rma_cases_for_gpu, rma_open_refusal
+
+
+def gpu_panels(*, gpu: Gpu) -> list[Panel]:
+    asset = GpuAsset.objects.filter(gpu=gpu).select_related("order_line__order").first()
+    return [Panel("procurement/panels/gpu.html", {
+        "gpu": gpu, "asset": asset, "cases": rma_cases_for_gpu(gpu),
+        "can_open": gpu.state in (GpuState.RMA, GpuState.DRAINED, GpuState.SPARE, GpuState.RECEIVED,
+                                  GpuState.BURN_IN) and rma_open_refusal(gpu) is None})]
+
+
+def panels_register() -> None:
+    panel_register("gpu", gpu_panels)

@@ -1,0 +1,233 @@
+"""The chaos harness: real Celery worker processes (``--pool solo``: the process that runs a step is the one
+killed), the BMC simulator in its own process, a private redis-server when the broker itself is the fault,
+PostgreSQL. No eager mode anywhere: the test process only ticks (as beat does) and publishes through
+``fleet.dispatch``; every step runs in a worker.
+
+What each fault did is read from where it landed: the simulator's own counters (``/_sim/counters``: every
+mutating request received and processed per BMC), ``pg_locks`` (the server lock a killed worker held),
+``pg_stat_activity`` (the sessions terminated), the target rows (none lost) and the recorded steps (the caps).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+
+import redis
+from django.db import connection
+
+from firmware.models import Rollout, RolloutState, RolloutTarget, TargetState, TargetStep
+from firmware.services import engine
+
+ROOT = Path(__file__).resolve().parents[2]
+SETTLED = (RolloutState.COMPLETED, RolloutState.COMPLETED_WITH_EXCEPTIONS, RolloutState.PAUSED, RolloutState.ABORTED)
+UPDATE = "POST /redfish/v1/UpdateService/Actions/UpdateService.SimpleUpdate"
+ACTIVATE = "POST /redfish/v1/UpdateService/Actions/UpdateService.Activate"
+RESET_SUFFIXES = ("Chassis.Reset", "ComputerSystem.Reset", "Manager.Reset")
+WORKER_ENV = {"FLEET_ROLLOUT_LEASE_SECONDS": "3", "FLEET_BMC_TIMEOUT": "1", "FLEET_BMC_SETTLE_SECONDS": "4",
+              "FLEET_ROLLOUT_VERIFY_SECONDS": "60", "FLEET_BMC_BOOT_GRACE_SECONDS": "10",
+              "FLEET_ROLLOUT_CHUNK": "4", "CELERY_TASK_ALWAYS_EAGER": "0"}
+
+
+def free_port(low: int = 18500, high: int = 18999) -> int:
+    """A free port in this branch's range."""
+    for port in range(low, high):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port")
+
+
+class Workers:
+    """Celery worker processes on the test database, each with its own ``application_name`` (so its PostgreSQL
+    session, and the advisory locks it holds, can be found)."""
+
+    def __init__(self, broker: str) -> None:
+        db = connection.settings_dict
+        self.url = f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
+        self.env = {**os.environ, **WORKER_ENV, "REDIS_URL": broker}
+        self.procs: dict[str, subprocess.Popen] = {}
+        self.started = 0
+
+    def start(self) -> str:
+        self.started += 1
+        name = f"chaos-{self.started}"
+        env = {**self.env, "DATABASE_URL": f"{self.url}?application_name={name}"}
+        self.procs[name] = subprocess.Popen(  # noqa: S603 - our own interpreter
+            [sys.executable, "-m", "celery", "-A", "fleet", "worker", "--pool", "solo", "--loglevel", "ERROR",
+             "-n", f"{name}@%h", "--without-heartbeat", "--without-gossip", "--without-mingle"],
+            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        return name
+
+    def alive(self) -> list[str]:
+        return [n for n, p in self.procs.items() if p.poll() is None]
+
+    def kill(self, name: str) -> None:
+        proc = self.procs[name]
+        proc.kill()  # SIGKILL: no cleanup; the message it runs stays unacknowledged, its session dies with it
+        proc.wait(timeout=10)
+
+    def stop(self) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.terminate()
+        for proc in self.procs.values():
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+def server_locks_by_worker() -> dict[str, int]:
+    """application_name -> how many server locks (the engine's session advisory locks) its session holds."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT a.application_name, count(*) FROM pg_locks l JOIN pg_stat_activity a USING (pid) "
+                       "WHERE l.locktype = 'advisory' AND l.classid = %s::oid AND l.granted "
+                       "AND a.application_name LIKE 'chaos-%%' GROUP BY 1", [engine.SERVER_LOCK_NS])
+        return dict(cursor.fetchall())
+
+
+def terminate_worker_sessions() -> list[str]:
+    """pg_terminate_backend on every worker's session; returns the application names terminated."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT application_name, pg_terminate_backend(pid) FROM pg_stat_activity "
+                       "WHERE application_name LIKE 'chaos-%%' AND pid <> pg_backend_pid()")
+        return [name for name, ok in cursor.fetchall() if ok]
+
+
+class PrivateRedis:
+    """A redis-server of our own (never the shared one) on this branch's port range, killed and restarted empty."""
+
+    def __init__(self) -> None:
+        self.port = free_port(18600)
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(  # noqa: S603 - the system's redis-server
+            ["/usr/bin/redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        for _ in range(100):
+            try:
+                redis.Redis.from_url(self.url).ping()
+                return
+            except redis.ConnectionError:
+                time.sleep(0.05)
+        raise AssertionError("redis-server did not start")
+
+    def kill(self) -> None:
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+            self.proc = None
+
+
+def publisher_send(broker: str):
+    """A ``fleet.dispatch.send`` replacement that publishes to ``broker`` (a fresh connection each time: the
+    broker may have been restarted). A broker that is down: False, as the real one answers."""
+    from celery import Celery
+
+    app = Celery("chaos-publisher", broker=broker, set_as_current=False)
+    app.conf.broker_connection_retry_on_startup = False
+    app.conf.broker_connection_max_retries = 0
+
+    def send(name, *args, **kwargs):
+        try:
+            with app.connection_for_write() as conn:
+                app.send_task(name, args=args, kwargs=kwargs, connection=conn, retry=False)
+        except Exception:  # noqa: BLE001 - the broker is away: the lease brings the targets back
+            return False
+        return True
+
+    return send
+
+
+def tick_until_settled(rollouts: list[Rollout], timeout: float, during=None) -> list[Rollout]:
+    """Tick like beat (every 0.3 s) until every rollout settles; ``during(elapsed)`` runs each round."""
+    start = time.monotonic()
+    while time.monotonic() - start < timeout:
+        try:
+            engine.rollout_tick()
+        except Exception as exc:  # noqa: BLE001 - beat's tick fails too while the database is away
+            print("tick failed:", type(exc).__name__, exc)
+            connection.close()
+        if during is not None:
+            during(time.monotonic() - start)
+        for rollout in rollouts:
+            rollout.refresh_from_db()
+        if all(r.state in SETTLED for r in rollouts):
+            return rollouts
+        time.sleep(0.3)
+    states = {r.pk: Counter(RolloutTarget.objects.filter(rollout=r).values_list("state", flat=True))
+              for r in rollouts}
+    raise AssertionError(f"not settled after {timeout}s: {[(r.pk, r.state, r.pause_reason) for r in rollouts]} "
+                         f"{states}")
+
+
+def duplicates(counters: dict) -> dict[str, list[tuple[str, str, int]]]:
+    """Every (bmc, request) the BMCs PROCESSED more than once, by kind: update requests, resets, activations."""
+    found: dict[str, list[tuple[str, str, int]]] = defaultdict(list)
+    for bmc, seen in counters["bmcs"].items():
+        for key, n in seen["processed"].items():
+            if n <= 1:
+                continue
+            if key == UPDATE:
+                found["update"].append((bmc, key, n))
+            elif key.endswith(RESET_SUFFIXES):
+                found["reset"].append((bmc, key, n))
+            elif key == ACTIVATE:
+                found["activate"].append((bmc, key, n))
+    return dict(found)
+
+
+def assert_at_most_once(sim, rollouts: list[Rollout]) -> dict:
+    """0 duplicate update requests, 0 duplicate resets (from the simulator's counters), 0 lost targets (every
+    target in a final state, none in flight), and each rollout in a state the rules allow."""
+    counters = sim.control.counters()
+    dup = duplicates(counters)
+    assert not dup.get("update"), f"duplicate update requests: {dup['update']}"
+    assert not dup.get("reset"), f"duplicate resets: {dup['reset']}"
+    for rollout in rollouts:
+        states = Counter(RolloutTarget.objects.filter(rollout=rollout).values_list("state", flat=True))
+        failed = RolloutTarget.objects.filter(rollout=rollout, state=TargetState.FAILED)
+        why = (rollout.state, rollout.pause_reason, states, list(failed.values_list("error_class", "last_error")))
+        assert sum(states.values()) == RolloutTarget.objects.filter(rollout=rollout).count()
+        if rollout.state != RolloutState.PAUSED:
+            assert set(states) <= {TargetState.SUCCEEDED, TargetState.FAILED, TargetState.SKIPPED}, why
+        if rollout.state == RolloutState.COMPLETED:
+            assert not failed.exists(), why
+        elif rollout.state == RolloutState.COMPLETED_WITH_EXCEPTIONS:
+            assert failed.exclude(error_class="firmware").exists(), why
+        else:
+            assert rollout.state == RolloutState.PAUSED and rollout.pause_reason, why
+    return counters
+
+
+def max_unavailable(rollouts: list[Rollout], domain: str) -> int:
+    """The most servers of one ``domain`` value unavailable at once, over the rollouts' recorded history: a
+    server is unavailable from its Activate request until it verified (or for ever if it did not)."""
+    events = []
+    for target in RolloutTarget.objects.filter(rollout__in=rollouts):
+        start = TargetStep.objects.filter(target=target, kind="activate").values_list("requested_at", flat=True)
+        if not start:
+            continue
+        end = target.finished_at if target.state == TargetState.SUCCEEDED else None
+        value = (target.domains or {}).get(domain) if domain != "site" else target.site_id
+        events.append((start[0], 1, value))
+        if end is not None:
+            events.append((end, -1, value))
+    events.sort(key=lambda e: (e[0], e[1]))
+    now: Counter = Counter()
+    worst = 0
+    for _, delta, value in events:
+        now[value] += delta
+        worst = max(worst, now[value])
+    return worst
