@@ -29,6 +29,7 @@ import socket
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from benchlib import bench_database_url, loadavg, recreate_database, say
@@ -108,11 +109,10 @@ def run(args: argparse.Namespace, url: str, broker: str) -> dict[str, float]:  #
         say(f"setup: {args.servers:,} servers, {args.servers * 8:,} GPUs, request approved and drained in "
             f"{setup_s:.1f} s")
         env = {**os.environ, "LOG_LEVEL": "WARNING"}
-        for _ in range(args.workers):
-            workers.append(subprocess.Popen(  # noqa: S603 - our own interpreter
-                [sys.executable, "-m", "celery", "-A", "fleet", "worker", "--pool", "solo", "--loglevel",
-                 "WARNING", "--without-heartbeat", "--without-gossip", "--without-mingle"],
-                cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        workers.extend(subprocess.Popen(  # noqa: S603 - our own interpreter
+            [sys.executable, "-m", "celery", "-A", "fleet", "worker", "--pool", "solo", "--loglevel",
+             "WARNING", "--without-heartbeat", "--without-gossip", "--without-mingle"],
+            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for _ in range(args.workers))
         time.sleep(3)  # the workers connect
 
         t0 = time.perf_counter()
@@ -120,10 +120,18 @@ def run(args: argparse.Namespace, url: str, broker: str) -> dict[str, float]:  #
         wait(lambda: DecommissionRequest.objects.get(pk=request.pk).state == "inventoried", 600, "inventory")
         t_inv = time.perf_counter() - t0
         services.request_start_sanitizing(request=request, actor=operator)
-        for asset in Asset.objects.filter(request=request).order_by("id"):  # each server's host agent
-            _token, raw = agent_token_issue(asset=asset, actor=None)
-            agent_script(raw_token=raw, server=asset.label, upload_url="http://fleet/")
-            agent_results_submit(raw_token=raw, server=asset.label, results=agent_results([]))
+        def host_agent(asset: Asset) -> None:  # what each server's host agent does, hosts in parallel
+            from django.db import connection
+
+            try:
+                _token, raw = agent_token_issue(asset=asset, actor=None)
+                agent_script(raw_token=raw, server=asset.label, upload_url="http://fleet/")
+                agent_results_submit(raw_token=raw, server=asset.label, results=agent_results([]))
+            finally:
+                connection.close()
+
+        with ThreadPoolExecutor(args.agents) as pool:
+            list(pool.map(host_agent, Asset.objects.filter(request=request).select_related("server").order_by("id")))
         t_agents = time.perf_counter() - t0
         wait(lambda: DecommissionRequest.objects.get(pk=request.pk).state in ("verifying", "sanitize_failed",
                                                                                "escalated_destroy"),
@@ -166,6 +174,7 @@ def main() -> None:
     parser.add_argument("--servers", type=int, default=1000)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--verify", type=int, default=10_000)
+    parser.add_argument("--agents", type=int, default=4, help="host agents uploading at once (default 4)")
     args = parser.parse_args()
     url = bench_database_url(os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/fleet_bench_decom"),
                              "fleet_bench_decom")
@@ -187,9 +196,9 @@ def main() -> None:
         redis_proc.kill()
         redis_proc.wait(timeout=10)
     for key, target in TARGETS.items():
-        ok = figures[key] <= target if key.endswith("_s") else figures[key] >= target
-        say(f"{key}: {figures[key]} (target {'<=' if key.endswith('_s') else '>='} {target:g}) "
-            f"{'ok' if ok else 'MISSED'}")
+        lower = key == "certify_s"  # seconds: lower is better; verify_per_s: higher is better
+        ok = figures[key] <= target if lower else figures[key] >= target
+        say(f"{key}: {figures[key]} (target {'<=' if lower else '>='} {target:g}) {'ok' if ok else 'MISSED'}")
     say(json.dumps(figures))
 
 

@@ -29,8 +29,18 @@ from decommission.services.agent import agent_media, agent_media_done
 from decommission.services.evidence import event_append, events_append_many
 from decommission.services.steps import Outcome, media_finish_many, medium_stop, outcomes_write
 from fleet.audit import SystemActor
-from fleet.execution import Lease, LostLease, RetryPolicy, TimeBudget, Trace, Verdict, fenced, lease_due, \
-    lease_release, settle
+from fleet.execution import (
+    Lease,
+    LostLease,
+    RetryPolicy,
+    TimeBudget,
+    Trace,
+    Verdict,
+    fenced,
+    lease_due,
+    lease_release,
+    settle,
+)
 from fleet.redfish import BmcError, ErrorKind, RedfishSession, session_for
 
 logger = logging.getLogger(__name__)
@@ -145,11 +155,15 @@ def _redfish_step(ctx: Ctx, medium: Medium) -> str:
             medium_stop(medium=medium, actor=WORKER,
                         reason="the send was ambiguous and the BMC cannot show whether it landed: a person decides")
             return STOP
-        Medium.objects.filter(pk=medium.pk).update(state=MediaState.RUNNING, task_uri=medium.task_uri)
-        medium.state = MediaState.RUNNING
         with transaction.atomic():
             event_append(request=ctx.asset.request, medium=medium, step=f"{medium.media_type}.reconcile",
                          tool="redfish", result="adopted", actor=WORKER, detail={"task": medium.task_uri})
+        if not medium.task_uri:  # a synchronous action (ClearLog, ResetBios, ResetToDefaults) that landed
+            ctx.done(medium, MediaState.SANITIZED, tool="redfish", tool_version="1.17",
+                     reason=f"{action.rsplit('/', 1)[1]} landed (reconciled from the BMC after a lost answer)")
+            return DONE
+        Medium.objects.filter(pk=medium.pk).update(state=MediaState.RUNNING, task_uri=medium.task_uri)
+        medium.state = MediaState.RUNNING
     if medium.state == MediaState.RUNNING:
         return _poll(ctx, medium)
     return DONE

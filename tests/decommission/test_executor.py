@@ -9,8 +9,6 @@ import json
 import urllib.request
 
 import pytest
-
-pytest.importorskip("fleet.bmcsim", reason="the shared execution layer (issue 8) is not merged yet")
 from django.utils import timezone
 
 from decommission import services
