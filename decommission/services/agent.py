@@ -81,8 +81,6 @@ def _claim(raw: str, server: str, *, stage: str) -> AgentToken:
     """The token, if ``server`` may use it now for ``stage`` ('fetch' marks it fetched). A token presented by
     another server is burnt; that write commits before the refusal is raised."""
     with transaction.atomic():
-        asset_id = AgentToken.objects.filter(token_sha256=_digest(raw_token)).values_list("asset_id", flat=True).get()
-        Asset.objects.select_for_update().filter(pk=asset_id).values_list("pk").get()  # asset, then request
         token = AgentToken.objects.select_for_update(of=("self",)).select_related(
             "asset__server", "asset__request").filter(token_sha256=_digest(raw or "")).first()
         refusal = _refusal(token, server, stage)
