@@ -98,6 +98,7 @@ def _write_outcomes(ctx: Ctx, archives: list[dict]) -> None:
         if connection.vendor == "postgresql":
             with connection.cursor() as cursor:
                 cursor.execute("SET LOCAL synchronous_commit TO off")
+        Asset.objects.select_for_update().filter(pk=ctx.asset.pk).values_list("pk").get()  # asset, then request
         ctx.flush()
         if archives:
             events_append_many(request=ctx.asset.request, actor=WORKER,
