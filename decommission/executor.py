@@ -17,20 +17,30 @@ from __future__ import annotations
 import datetime as dt
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from decommission.canonical import sha256_hex
-from decommission.models import Asset, AssetState, MediaState, MediaType, Medium, RequestState
+from decommission.models import Asset, AssetState, EvidenceEvent, MediaState, MediaType, Medium, RequestState
 from decommission.services.agent import agent_media, agent_media_done
-from decommission.services.evidence import event_append
-from decommission.services.steps import media_finish_many, medium_finish, medium_stop
+from decommission.services.evidence import event_append, events_append_many
+from decommission.services.steps import Outcome, media_finish_many, medium_stop, outcomes_write
 from fleet.audit import SystemActor
-from fleet.execution import Lease, LostLease, RetryPolicy, TimeBudget, Trace, Verdict, fenced, lease_due, \
-    lease_release, settle
+from fleet.execution import (
+    Lease,
+    LostLease,
+    RetryPolicy,
+    TimeBudget,
+    Trace,
+    Verdict,
+    fenced,
+    lease_due,
+    lease_release,
+    settle,
+)
 from fleet.redfish import BmcError, ErrorKind, RedfishSession, session_for
 
 logger = logging.getLogger(__name__)
@@ -55,16 +65,51 @@ class Ctx:
     session: RedfishSession
     budget: TimeBudget
     wait_seconds: float = 0.0
+    outcomes: list[Outcome] = field(default_factory=list)
+
+    def done(self, medium: Medium, state: str, **kwargs: object) -> None:
+        """An outcome, written with the next fenced record or at the end of the run (one transaction)."""
+        medium.state = state  # a failure stops this pass; the write decides pending (retry) or escalated
+        self.outcomes.append(Outcome(medium=medium, state=state, **kwargs))  # type: ignore[arg-type]
+
+    def flush(self) -> None:
+        """Write the outcomes so far (inside the caller's transaction)."""
+        outcomes, self.outcomes = self.outcomes, []
+        outcomes_write(outcomes, actor=WORKER)
 
 
-def _archive_logs(ctx: Ctx, medium: Medium, manager: str) -> None:
-    """Archive a manager's log entries before they are cleared: their SHA-256 is in the chain."""
+def _archive_logs(ctx: Ctx, medium: Medium, manager: str) -> dict:
+    """Read a manager's log entries before they are cleared; their SHA-256 goes into the chain (see _fenced)."""
     entries = ctx.session.get(f"{manager}/LogServices/Log/Entries")
     raw = str(entries.get("Members", []))
+    return {"request": ctx.asset.request, "medium": medium, "step": "logs.archive", "tool": "redfish",
+            "command": f"GET {manager}/LogServices/Log/Entries", "output": raw, "result": "archived",
+            "detail": {"entries": len(entries.get("Members", [])), "sha256": sha256_hex(raw)}}
+
+
+def _write_outcomes(ctx: Ctx, archives: list[dict]) -> None:
+    """The pass's outcomes and log archives in their own transaction, committed without waiting for the WAL
+    flush: the request row (the chain's lock) is then held for microseconds, not for an fsync. The fenced record
+    that follows (synchronous) flushes the WAL up to and past this commit, so what it guards is durable first; a
+    crash before that loses these rows atomically, and their media are reconciled from the device again."""
+    if not ctx.outcomes and not archives:
+        return
     with transaction.atomic():
-        event_append(request=ctx.asset.request, medium=medium, step="logs.archive", tool="redfish",
-                     command=f"GET {manager}/LogServices/Log/Entries", output=raw, result="archived", actor=WORKER,
-                     detail={"entries": len(entries.get("Members", [])), "sha256": sha256_hex(raw)})
+        if connection.vendor == "postgresql":
+            with connection.cursor() as cursor:
+                cursor.execute("SET LOCAL synchronous_commit TO off")
+        Asset.objects.select_for_update().filter(pk=ctx.asset.pk).values_list("pk").get()  # asset, then request
+        ctx.flush()
+        if archives:
+            events_append_many(request=ctx.asset.request, actor=WORKER,
+                               items=[{k: v for k, v in a.items() if k != "request"} for a in archives])
+
+
+def _fenced(ctx: Ctx, record: Callable[[], None] | None = None, archive: dict | list[dict] | None = None) -> None:
+    """Write the outcomes so far and the log archives, then prove the lease and record "about to send" (one
+    flushed transaction that does not touch the request row)."""
+    _write_outcomes(ctx, archive if isinstance(archive, list) else [archive] if archive else [])
+    fenced(ctx.lease, record, renew_seconds=settings.DECOMMISSION_LEASE_SECONDS)
 
 
 def _reconcile(ctx: Ctx, medium: Medium) -> Callable[[], Trace]:
@@ -88,21 +133,20 @@ def _reconcile(ctx: Ctx, medium: Medium) -> Callable[[], Trace]:
 def _redfish_step(ctx: Ctx, medium: Medium) -> str:
     action, body = ACTIONS[medium.media_type]
     if medium.state == MediaState.PENDING:
+        archive = None
         if medium.media_type in (MediaType.HMC_FLASH, MediaType.BMC_FLASH) and \
                 not medium.events.filter(step="logs.archive").exists():
-            manager = medium.target_uri
-            _archive_logs(ctx, medium, manager)
+            archive = _archive_logs(ctx, medium, medium.target_uri)
             if medium.media_type == MediaType.BMC_FLASH:  # the BMC's own log is cleared now; its reset comes last
-                ctx.session.post(f"{manager}/LogServices/Log/Actions/LogService.ClearLog", {})
+                _fenced(ctx, archive=archive)
+                archive = None
+                ctx.session.post(f"{medium.target_uri}/LogServices/Log/Actions/LogService.ClearLog", {})
         now = timezone.now()
 
         def record() -> None:
             Medium.objects.filter(pk=medium.pk).update(state=MediaState.SENDING, sent_at=now)
-            event_append(request=ctx.asset.request, medium=medium, step=f"{medium.media_type}.send", tool="redfish",
-                         command=f"POST {medium.target_uri}{action} {body}", result="sending", actor=WORKER,
-                         attempt=medium.attempts + 1)
 
-        fenced(ctx.lease, record, renew_seconds=settings.DECOMMISSION_LEASE_SECONDS)
+        _fenced(ctx, record, archive)
         medium.state, medium.sent_at = MediaState.SENDING, now
         return _send(ctx, medium, action, body)
     if medium.state == MediaState.SENDING:
@@ -116,14 +160,20 @@ def _redfish_step(ctx: Ctx, medium: Medium) -> str:
             medium.state = MediaState.PENDING
             return _redfish_step(ctx, medium)
         if verdict == Verdict.INCONCLUSIVE:
+            with transaction.atomic():
+                ctx.flush()
             medium_stop(medium=medium, actor=WORKER,
                         reason="the send was ambiguous and the BMC cannot show whether it landed: a person decides")
             return STOP
-        Medium.objects.filter(pk=medium.pk).update(state=MediaState.RUNNING, task_uri=medium.task_uri)
-        medium.state = MediaState.RUNNING
         with transaction.atomic():
             event_append(request=ctx.asset.request, medium=medium, step=f"{medium.media_type}.reconcile",
                          tool="redfish", result="adopted", actor=WORKER, detail={"task": medium.task_uri})
+        if not medium.task_uri:  # a synchronous action (ClearLog, ResetBios, ResetToDefaults) that landed
+            ctx.done(medium, MediaState.SANITIZED, tool="redfish", tool_version="1.17",
+                     reason=f"{action.rsplit('/', 1)[1]} landed (reconciled from the BMC after a lost answer)")
+            return DONE
+        Medium.objects.filter(pk=medium.pk).update(state=MediaState.RUNNING, task_uri=medium.task_uri)
+        medium.state = MediaState.RUNNING
     if medium.state == MediaState.RUNNING:
         return _poll(ctx, medium)
     return DONE
@@ -144,9 +194,8 @@ def _send(ctx: Ctx, medium: Medium, action: str, body: dict) -> str:
                 event_append(request=ctx.asset.request, medium=medium, step=f"{medium.media_type}.send",
                              tool="redfish", result="transient", actor=WORKER, detail={"error": str(exc)[:300]})
             return WAIT
-        medium_finish(medium=medium, state=MediaState.FAILED, actor=WORKER, tool="redfish",
-                      command=f"POST {medium.target_uri}{action}", output=str(exc), reason=str(exc)[:300],
-                      device_failure=True)
+        ctx.done(medium, MediaState.FAILED, tool="redfish", command=f"POST {medium.target_uri}{action}",
+                 output=str(exc), reason=str(exc)[:300], device_failure=True)
         return STOP
     if medium.media_type == MediaType.BMC_FLASH:
         ctx.session.expect_reboot()
@@ -154,9 +203,9 @@ def _send(ctx: Ctx, medium: Medium, action: str, body: dict) -> str:
         Medium.objects.filter(pk=medium.pk).update(state=MediaState.RUNNING, task_uri=response.task_location)
         medium.state, medium.task_uri = MediaState.RUNNING, response.task_location
         return _poll(ctx, medium)
-    medium_finish(medium=medium, state=MediaState.SANITIZED, actor=WORKER, tool="redfish", tool_version="1.17",
-                  command=f"POST {medium.target_uri}{action}", output=f"HTTP {response.status}",
-                  reason=f"{action.rsplit('/', 1)[1]} accepted (HTTP {response.status})")
+    ctx.done(medium, MediaState.SANITIZED, tool="redfish", tool_version="1.17",
+             command=f"POST {medium.target_uri}{action}", output=f"HTTP {response.status}",
+             reason=f"{action.rsplit('/', 1)[1]} accepted (HTTP {response.status})")
     return DONE
 
 
@@ -167,9 +216,9 @@ def _poll(ctx: Ctx, medium: Medium) -> str:
         ctx.wait_seconds = settings.DECOMMISSION_POLL_SECONDS
         return WAIT
     ok = state == "Completed" and task.get("TaskStatus", "OK") == "OK"
-    medium_finish(medium=medium, state=MediaState.SANITIZED if ok else MediaState.FAILED, actor=WORKER,
-                  tool="redfish", tool_version="1.17", command=f"GET {medium.task_uri}", output=str(task),
-                  reason=f"task {state} ({task.get('TaskStatus')})", device_failure=not ok)
+    ctx.done(medium, MediaState.SANITIZED if ok else MediaState.FAILED, tool="redfish", tool_version="1.17",
+             command=f"GET {medium.task_uri}", output=str(task), reason=f"task {state} ({task.get('TaskStatus')})",
+             device_failure=not ok)
     return DONE if ok else STOP
 
 
@@ -177,7 +226,7 @@ def _power_off_and_volatile(ctx: Ctx, media: list[Medium]) -> str:
     """GPU HBM is volatile: after the agent's reset, the system is powered off; that time is the evidence."""
     asset = ctx.asset
     if asset.powered_off_at is None:
-        fenced(ctx.lease, renew_seconds=settings.DECOMMISSION_LEASE_SECONDS)
+        _fenced(ctx)
         ctx.session.post("/redfish/v1/Systems/1/Actions/ComputerSystem.Reset", {"ResetType": "ForceOff"})
         system = ctx.session.get("/redfish/v1/Systems/1")
         if system.get("PowerState") not in ("Off", None):
@@ -185,15 +234,40 @@ def _power_off_and_volatile(ctx: Ctx, media: list[Medium]) -> str:
             return WAIT
         asset.powered_off_at = timezone.now()
         Asset.objects.filter(pk=asset.pk).update(powered_off_at=asset.powered_off_at)
-    hbm = [m for m in media if m.media_type == MediaType.GPU_HBM and m.state == MediaState.PENDING]
-    media_finish_many(media=hbm, state=MediaState.SANITIZED, actor=WORKER, tool="redfish+nvidia-smi",
-                      reason=f"no compute contexts, GPU reset, power removed at {asset.powered_off_at.isoformat()}",
-                      detail={"powered_off_at": asset.powered_off_at.isoformat()})
+    for medium in [m for m in media if m.media_type == MediaType.GPU_HBM and m.state == MediaState.PENDING]:
+        ctx.done(medium, MediaState.SANITIZED, tool="redfish+nvidia-smi",
+                 reason=f"no compute contexts, GPU reset, power removed at {asset.powered_off_at.isoformat()}",
+                 detail={"powered_off_at": asset.powered_off_at.isoformat()})
     return DONE
 
 
 PLAN = (MediaType.HMC_FLASH, MediaType.UEFI_NVRAM, MediaType.NVME, MediaType.DPU, "agent", MediaType.GPU_INFOROM,
         MediaType.GPU_HBM, MediaType.BMC_FLASH)
+
+
+FIRST = (MediaType.HMC_FLASH, MediaType.UEFI_NVRAM, MediaType.NVME, MediaType.DPU)
+
+
+def _first_batch(ctx: Ctx, by_type: dict[str, list[Medium]]) -> None:
+    """The independent BMC actions of a server in one go: archive both managers' logs, record every action as
+    about to be sent in ONE fenced transaction, clear the BMC's log, then send each (a crash in between leaves
+    the unsent ones ``sending``: reconciled from the device, sent only if it shows they did not land)."""
+    first = [m for t in FIRST for m in by_type.get(t, []) if m.state == MediaState.PENDING and m.target_uri]
+    archived = set(EvidenceEvent.objects.filter(asset=ctx.asset, step="logs.archive").values_list("medium_id",
+                                                                                                 flat=True))
+    bmc = [m for m in by_type.get(MediaType.BMC_FLASH, []) if m.state == MediaState.PENDING and m.pk not in archived]
+    logs = [m for m in first if m.media_type == MediaType.HMC_FLASH and m.pk not in archived] + bmc
+    if not first and not bmc:
+        return
+    archives = [_archive_logs(ctx, m, m.target_uri) for m in logs]
+    now = timezone.now()
+    _fenced(ctx, lambda: Medium.objects.filter(pk__in=[m.pk for m in first]).update(
+        state=MediaState.SENDING, sent_at=now), archives)
+    for medium in bmc:  # the BMC's own log is cleared now; its reset to defaults comes last
+        ctx.session.post(f"{medium.target_uri}/LogServices/Log/Actions/LogService.ClearLog", {})
+    for medium in first:
+        medium.state, medium.sent_at = MediaState.SENDING, now
+        _send(ctx, medium, *ACTIONS[medium.media_type])
 
 
 def asset_run(ctx: Ctx) -> str:
@@ -202,6 +276,7 @@ def asset_run(ctx: Ctx) -> str:
     by_type: dict[str, list[Medium]] = {}
     for medium in media:
         by_type.setdefault(medium.media_type, []).append(medium)
+    _first_batch(ctx, by_type)
     for stage in PLAN:
         if stage == "agent":
             if agent_media(ctx.asset) and not agent_media_done(ctx.asset):
@@ -209,9 +284,9 @@ def asset_run(ctx: Ctx) -> str:
                 return WAIT
             continue
         if stage == MediaType.GPU_INFOROM:
-            todo = [m for m in by_type.get(stage, []) if m.state == MediaState.PENDING]
-            media_finish_many(media=todo, state=MediaState.RECORDED, actor=WORKER, tool="inventory",
-                              reason="InfoROM/VBIOS recorded (serial, versions); no workload data, not altered")
+            for medium in [m for m in by_type.get(stage, []) if m.state == MediaState.PENDING]:
+                ctx.done(medium, MediaState.RECORDED, tool="inventory",
+                         reason="InfoROM/VBIOS recorded (serial, versions); no workload data, not altered")
             continue
         if stage == MediaType.GPU_HBM:
             if by_type.get(stage) and _power_off_and_volatile(ctx, by_type[stage]) == WAIT:
@@ -248,10 +323,11 @@ def run_due(*, limit: int | None = None) -> int:
         try:
             outcome = asset_run(ctx)
         except LostLease:
-            continue  # another worker owns it now: it sends, not us
+            continue  # another worker owns it now: it sends, not us (its outcomes so far are reconciled)
         except BmcError as exc:  # the BMC is unreachable or rebooting: come back later
             logger.info("decommission: %s: %s", asset, exc)
             outcome, ctx.wait_seconds = WAIT, RETRY.delay(1)
+        _write_outcomes(ctx, [])  # the outcomes of this pass
         ran += 1
         if outcome == WAIT:
             lease_release(lease, next_run_at=timezone.now() + dt.timedelta(seconds=ctx.wait_seconds))

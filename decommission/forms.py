@@ -5,6 +5,7 @@ from __future__ import annotations
 from decimal import Decimal
 
 from django import forms
+from django.urls import reverse
 
 from decommission.models import Category, CustodyKind, Destination, Level, Outcome, Processor
 from inventory.models import Gpu, GpuModel, Rack, Server
@@ -25,6 +26,14 @@ class RequestForm(forms.Form):
     level = forms.ChoiceField(choices=[("", "Policy minimum"), *Level.choices], required=False,
                               help_text="You may raise the level, never lower it")
     location = forms.CharField(max_length=120, required=False)
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        kwargs.setdefault("initial", {"category": "moderate", "destination": "resale"})
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        for name in ("category", "destination", "level"):  # a change re-renders the policy preview
+            self.fields[name].widget.attrs.update({
+                "hx-get": reverse("decommission:request-new"), "hx-trigger": "change", "hx-include": "#request-form",
+                "hx-target": "#preview", "hx-select": "#preview", "hx-swap": "outerHTML"})
 
     def clean(self) -> dict:
         data = super().clean()

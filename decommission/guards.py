@@ -16,15 +16,19 @@ from decommission.verify import verify_document
 from inventory.models import Gpu
 
 _moving: ContextVar[bool] = ContextVar("decommission_workflow_moves", default=False)
+_just_signed: ContextVar[frozenset[int]] = ContextVar("decommission_just_signed", default=frozenset())
 
 
 @contextlib.contextmanager
-def workflow_moves() -> Iterator[None]:
-    token = _moving.set(True)
+def workflow_moves(just_signed: frozenset[int] = frozenset()) -> Iterator[None]:
+    """The workflow moves GPUs inside this block. ``just_signed``: GPUs whose every medium's certificate was
+    issued and signed in this very transaction (certification), so the guard need not re-verify them."""
+    token, signed = _moving.set(True), _just_signed.set(just_signed)
     try:
         yield
     finally:
         _moving.reset(token)
+        _just_signed.reset(signed)
 
 
 def gpu_certified_guard(gpu: Gpu, to_state: str) -> None:
@@ -33,6 +37,8 @@ def gpu_certified_guard(gpu: Gpu, to_state: str) -> None:
         raise ValidationError(f"Only the decommission workflow moves a GPU to '{to_state}' (it needs a valid "
                               "sanitization certificate for every medium); use a decommission request.",
                               code="decommission_only")
+    if gpu.pk in _just_signed.get():
+        return
     media = list(Medium.objects.filter(gpu=gpu).select_related("certificate").order_by("-request_id", "id"))
     if not media:
         raise ValidationError(f"GPU {gpu} has no recorded media in a decommission request.", code="no_certificate")

@@ -5,6 +5,8 @@ from __future__ import annotations
 from celery import shared_task
 from django.conf import settings
 
+from decommission.executor import run_due
+from decommission.inventory_run import inventory_collect
 from decommission.models import Asset, AssetState, DecommissionRequest, RequestState
 from fleet.audit import audit_source
 from fleet.dispatch import send
@@ -31,15 +33,11 @@ def tick_task() -> int:
 
 @shared_task(name="decommission.tasks.run_task", ignore_result=True, acks_late=True)
 def run_task() -> int:
-    from decommission.executor import run_due  # noqa: PLC0415 - keeps the worker importable without the executor
-
     with audit_source(AuditSource.WORKER):
         return run_due()
 
 
 @shared_task(name="decommission.tasks.inventory_task", ignore_result=True, acks_late=True)
 def inventory_task(request_id: int) -> int:
-    from decommission.inventory_run import inventory_collect  # noqa: PLC0415
-
     with audit_source(AuditSource.WORKER):
         return inventory_collect(request_id=request_id)

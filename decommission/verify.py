@@ -54,7 +54,7 @@ def events_problem(events: list[dict[str, Any]]) -> str:
         body = {k: v for k, v in event.items() if k not in ("prev_hash", "hash")}
         if "prev_hash" not in event or "hash" not in event:
             return f"evidence event {event.get('seq')} has no hash"
-        if event_hash(event["prev_hash"], body) != event["hash"]:
+        if event_hash(event["prev_hash"], body, check=False) != event["hash"]:
             return f"evidence event {event.get('seq')} does not match its hash (broken chain)"
         if prev is not None and event["seq"] == prev["seq"] + 1 and event["prev_hash"] != prev["hash"]:
             return f"evidence event {event['seq']} does not link to event {prev['seq']} (broken chain)"
@@ -77,7 +77,7 @@ def verify_document(doc: Any, keys: dict[str, str]) -> list[str]:
         return ["the certificate names another key than its signature"]
     try:
         public = Ed25519PublicKey.from_public_bytes(base64.b64decode(keys[key_id]))
-        public.verify(base64.b64decode(sig.get("value", "")), canonical(cert))
+        public.verify(base64.b64decode(sig.get("value", "")), canonical(cert, check=False))
     except (InvalidSignature, ValueError, TypeError):
         return ["signature does not match the certificate (a byte was changed, or the key is wrong)"]
     problems = [f"required field missing or empty: {p}" for p in missing_fields(cert)]

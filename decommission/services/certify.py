@@ -36,6 +36,7 @@ from decommission.services.workflow import (
     request_move,
 )
 from fleet.audit import Actor
+from fleet.bulk import insert_values
 from inventory.models import GpuState
 
 ATTESTATION = ("I attest that the information provided on this statement is accurate to the best of my "
@@ -150,9 +151,14 @@ def request_certify(*, request: DecommissionRequest, actor: Actor | None) -> Dec
         rows.append(Certificate(id=doc["certificate"]["certificate_id"], kind=CertificateKind.BUNDLE,
                                 request=request, asset=asset, document=doc, sha256=body_sha256(doc),
                                 key_id=key.key_id, issued_at=now))
-    Certificate.objects.bulk_create(rows)
+    insert_values(Certificate, ["id", "kind", "request_id", "asset_id", "medium_id", "document", "sha256", "key_id",
+                                "issued_at"],
+                  ((c.id, c.kind, c.request_id, c.asset_id, c.medium_id, c.document, c.sha256, c.key_id, c.issued_at)
+                   for c in rows))
     Asset.objects.filter(request=request).update(state=AssetState.CERTIFIED)
-    with workflow_moves():
+    signed = frozenset(m.gpu_id for m in media if m.gpu_id) - {m.gpu_id for m in Medium.objects.filter(
+        request=request, gpu__isnull=False).exclude(pk__in=[m.pk for m in media])}
+    with workflow_moves(just_signed=signed):
         gpus_to(request_gpus(request), GpuState.SANITIZED, actor, f"{request}: certified")
     return request_move(request=request, action_name="certify", actor=actor,
                         detail={"certificates": len(rows), "key_id": key.key_id})

@@ -12,7 +12,7 @@ from django.db import transaction
 
 from decommission.models import Asset, AssetState, DecommissionRequest, MediaState, MediaType, Medium
 from decommission.policy import METHODS, required_level
-from decommission.services.evidence import event_append
+from decommission.services.evidence import events_append_many
 from decommission.services.workflow import locked, request_move
 from fleet.audit import Actor
 from inventory.models import Gpu
@@ -74,9 +74,10 @@ def request_record_inventory(*, request: DecommissionRequest, found: Mapping[int
                 technique=METHODS[item["media_type"]][1], state=MediaState.PENDING))
     Medium.objects.bulk_create(rows)
     Asset.objects.filter(request=request).update(state=AssetState.INVENTORIED)
-    for asset in assets.values():
-        event_append(request=request, asset=asset, step="inventory", result="recorded", actor=actor,
-                     detail={"media": sorted(f"{m.media_type}:{m.serial}" for m in rows if m.asset_id == asset.pk)})
+    events_append_many(request=request, actor=actor, items=[
+        {"asset": asset, "step": "inventory", "result": "recorded",
+         "detail": {"media": sorted(f"{m.media_type}:{m.serial}" for m in rows if m.asset_id == asset.pk)}}
+        for asset in assets.values()])
     return request_move(request=request, action_name="inventory", actor=actor, detail={"media": len(rows)})
 
 

@@ -4,11 +4,11 @@ medium's new state, and, when nothing is left to do, the request's move to ``ver
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import F
 from django.utils import timezone
 
 from decommission.models import (
@@ -25,34 +25,67 @@ from decommission.services.workflow import DONE_MEDIA, request_move
 from fleet.audit import Actor
 
 
+@dataclass
+class Outcome:
+    """A step's end on a medium, written by :func:`outcomes_write` (a worker batches a server's outcomes)."""
+
+    medium: Medium
+    state: str
+    tool: str = ""
+    tool_version: str = ""
+    command: str = ""
+    output: str = ""
+    reason: str = ""
+    device_failure: bool = False
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+def outcomes_write(outcomes: list[Outcome], *, actor: Actor | None) -> None:
+    """Record step ends: done (``sanitized``/``recorded``) or ``failed``, one evidence event each (one lock, one
+    insert), then settle the assets and the request. Safe to run twice: a medium already done is left alone. A
+    device-reported failure counts; the third escalates to destroy. The caller owns the transaction."""
+    if not outcomes:
+        return
+    current = {m.pk: m for m in Medium.objects.select_for_update().filter(pk__in=[o.medium.pk for o in outcomes])}
+    todo = [o for o in outcomes if current[o.medium.pk].state not in (*DONE_MEDIA, MediaState.ESCALATED)]
+    if not todo:
+        return
+    now = timezone.now()
+    items, updates = [], []
+    for o in todo:
+        medium = current[o.medium.pk]
+        medium.attempts += 1
+        if o.state in DONE_MEDIA:
+            medium.state, medium.done_at = o.state, now
+            medium.tool = f"{o.tool} {o.tool_version}".strip()[:120]
+            result = o.state
+        else:
+            medium.device_failures += 1 if o.device_failure else 0
+            escalate = medium.device_failures >= settings.DECOMMISSION_MAX_DEVICE_FAILURES
+            medium.state, medium.task_uri = (MediaState.ESCALATED if escalate else MediaState.PENDING), ""
+            result = "escalated" if escalate else "failed"
+        medium.detail = (o.reason or medium.detail)[:300]
+        items.append({"medium": medium, "step": f"{medium.media_type}.sanitize", "tool": o.tool,
+                      "tool_version": o.tool_version, "command": o.command, "output": o.output, "result": result,
+                      "attempt": medium.attempts, "detail": {**o.detail, "reason": o.reason}})
+        updates.append(medium)
+    request = DecommissionRequest.objects.get(pk=updates[0].request_id)
+    events_append_many(request=request, actor=actor, items=items)
+    Medium.objects.bulk_update(updates, ["state", "done_at", "tool", "attempts", "device_failures", "task_uri",
+                                         "detail"])
+    for asset_id in sorted({m.asset_id for m in updates}):
+        request_settle(request=request, asset_id=asset_id, actor=actor)
+
+
 @transaction.atomic
 def medium_finish(*, medium: Medium, state: str, actor: Actor | None, tool: str = "", tool_version: str = "",
                   command: str = "", output: str = "", detail: dict[str, Any] | None = None, reason: str = "",
                   device_failure: bool = False) -> Medium:
-    """Record a step's end on ``medium``: done (``sanitized``/``recorded``) or ``failed``. Safe to run twice: a
-    medium already done is left alone. A device-reported failure counts; the third escalates to destroy."""
-    medium = Medium.objects.select_for_update().get(pk=medium.pk)
-    if medium.state in DONE_MEDIA or medium.state == MediaState.ESCALATED:
-        return medium
-    request = DecommissionRequest.objects.get(pk=medium.request_id)
-    medium.attempts += 1
-    fields: dict[str, Any] = {"attempts": medium.attempts, "detail": (reason or medium.detail)[:300]}
-    if state in DONE_MEDIA:
-        fields |= {"state": state, "done_at": timezone.now(), "tool": f"{tool} {tool_version}".strip()[:120]}
-        result = state
-    else:
-        failures = medium.device_failures + (1 if device_failure else 0)
-        escalate = failures >= settings.DECOMMISSION_MAX_DEVICE_FAILURES
-        fields |= {"device_failures": failures, "state": MediaState.ESCALATED if escalate else MediaState.PENDING,
-                   "task_uri": ""}
-        result = "escalated" if escalate else "failed"
-    event_append(request=request, medium=medium, step=f"{medium.media_type}.sanitize", tool=tool,
-                 tool_version=tool_version, command=command, output=output, result=result, actor=actor,
-                 attempt=medium.attempts, detail={**(detail or {}), "reason": reason})
-    Medium.objects.filter(pk=medium.pk).update(**fields)
-    for name, value in fields.items():
-        setattr(medium, name, value)
-    request_settle(request=request, asset_id=medium.asset_id, actor=actor)
+    """One step's end on one medium (see :func:`outcomes_write`)."""
+    outcomes_write([Outcome(medium=medium, state=state, tool=tool, tool_version=tool_version, command=command,
+                            output=output, reason=reason, device_failure=device_failure, detail=detail or {})],
+                   actor=actor)
+    medium.refresh_from_db()
     return medium
 
 
@@ -80,23 +113,10 @@ def request_settle(*, request: DecommissionRequest, asset_id: int | None, actor:
 @transaction.atomic
 def media_finish_many(*, media: list[Medium], state: str, actor: Actor | None, tool: str, reason: str,
                       detail: dict[str, Any] | None = None) -> int:
-    """Record the same outcome for many media of one asset in one transaction (a server's 16 GPU media): one
-    request lock, the chain extended in memory, one insert. Media already done are skipped."""
-    if not media:
-        return 0
-    ids = [m.pk for m in media]
-    todo = list(Medium.objects.select_for_update().filter(pk__in=ids).exclude(state__in=DONE_MEDIA).order_by("id"))
-    if not todo:
-        return 0
-    request = DecommissionRequest.objects.get(pk=todo[0].request_id)
-    events_append_many(request=request, actor=actor, items=[
-        {"medium": m, "step": f"{m.media_type}.sanitize", "tool": tool, "result": state, "attempt": m.attempts + 1,
-         "detail": {**(detail or {}), "reason": reason}} for m in todo])
-    now = timezone.now()
-    Medium.objects.filter(pk__in=[m.pk for m in todo]).update(state=state, done_at=now, detail=reason[:300],
-                                                               tool=tool[:120], attempts=F("attempts") + 1)
-    request_settle(request=request, asset_id=todo[0].asset_id, actor=actor)
-    return len(todo)
+    """The same outcome for many media (a server's GPU media) in one transaction."""
+    outcomes_write([Outcome(medium=m, state=state, tool=tool, reason=reason, detail=detail or {}) for m in media],
+                   actor=actor)
+    return len(media)
 
 
 @transaction.atomic

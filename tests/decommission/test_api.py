@@ -31,10 +31,10 @@ def test_create_by_hostname_and_bad_input(api):
     count = DecommissionRequest.objects.count()
     bad = api("operator").post(f"{BASE}/requests/", {"servers": ["nope-1"], "reason": "x", "category": "secret",
                                                       "destination": "resale"}, format="json")
-    assert bad.status_code == 400 and set(bad.json()) == {"category"}
+    assert bad.status_code == 400 and set(bad.json()) - {"request_id"} == {"category"}
     bad = api("operator").post(f"{BASE}/requests/", {"servers": ["nope-1"], "reason": "x", "category": "low",
                                                       "destination": "resale"}, format="json")
-    assert bad.json() == {"servers": ["Unknown server 'nope-1'."]}
+    assert bad.json()["servers"] == ["Unknown server 'nope-1'."]
     low = api("operator").post(f"{BASE}/requests/", {"gpus": [], "servers": [server_with_gpus().hostname],
                                                       "reason": "x", "category": "high", "destination": "resale",
                                                       "level": "purge"}, format="json")

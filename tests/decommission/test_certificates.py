@@ -182,3 +182,19 @@ def test_cli_export_names_an_unknown_request(tmp_path):
 
     with pytest.raises(CommandError, match="no such decommission request"):
         call_command("export_certificates", "--request", "424242", "--dir", str(tmp_path))
+
+
+def test_disposal_refuses_a_gpu_whose_certificate_no_longer_verifies(users):
+    from django.core.exceptions import ValidationError
+
+    r = walk("in_transit", users=users)
+    cert = Certificate.objects.filter(request=r, medium__media_type="gpu_hbm").first()
+    with connection.cursor() as cursor:  # altered behind the trigger (superuser, replica mode)
+        cursor.execute("SET session_replication_role = replica")
+        cursor.execute("UPDATE decommission_certificate SET document = jsonb_set(document, "
+                       "'{certificate,media,serial}', '\"FORGED\"') WHERE id = %s", [cert.pk])
+        cursor.execute("SET session_replication_role = origin")
+    with pytest.raises(ValidationError, match="is not valid"):
+        services.request_dispose(request=r, outcome="resold", actor=users["operator"])
+    r.refresh_from_db()
+    assert r.state == "in_transit"

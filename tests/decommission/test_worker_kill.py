@@ -11,8 +11,6 @@ import time
 from pathlib import Path
 
 import pytest
-
-pytest.importorskip("fleet.bmcsim", reason="the shared execution layer (issue 8) is not merged yet")
 from django.conf import settings
 from django.db import connection
 
@@ -95,7 +93,13 @@ def test_worker_killed_mid_step_sends_nothing_twice_and_the_request_completes(us
         _until(lambda: sim.control.counters("bmc-0001")["bmcs"]["bmc-0001"]["processed"].get(ERASE, 0), 20)
 
         workers.append(_worker())
-        _until(lambda: r.__class__.objects.get(pk=r.pk).state == "verifying", 120, tick=True)
+        try:
+            _until(lambda: r.__class__.objects.get(pk=r.pk).state == "verifying", 180, tick=True)
+        except AssertionError:
+            media = list(Medium.objects.filter(request=r).values_list("media_type", "state", "detail"))
+            events = list(r.events.order_by("-seq").values_list("step", "result", "detail")[:8])
+            raise AssertionError(f"not verifying: {r.__class__.objects.get(pk=r.pk).state} {media} {events} "
+                                 f"{r.assets.values_list('state', 'next_run_at', 'lease_owner', 'lease_until')}") from None
         counters = sim.control.counters("bmc-0001")["bmcs"]["bmc-0001"]
         assert counters["received"][ERASE] == 1 and counters["processed"][ERASE] == 1
         assert all(n == 1 for n in counters["processed"].values()), counters
