@@ -55,6 +55,7 @@ def test_bad_orders_are_400_with_the_field_and_write_nothing(api, change, field)
     response = api().post(f"{BASE}/orders/", {**order_body(), **change}, format="json")
     assert response.status_code == 400, response.content
     errors = response.json()
+    assert errors.pop("request_id") == response["X-Request-ID"]  # every error names its request
     assert any(name == field or name.startswith(f"{field}[") for name in errors), errors
     assert all(isinstance(v, list) and all(isinstance(m, str) for m in v) for v in errors.values())  # flat shape
     assert not PurchaseOrder.objects.exists()
@@ -97,7 +98,7 @@ def test_receive_and_rma_through_the_api(api):
 
 def test_a_body_that_does_not_parse_is_a_field_error(api):
     response = api().post(f"{BASE}/vendors/", data="\x00", content_type="application/json")
-    assert response.status_code == 400 and list(response.json()) == ["non_field_errors"]
+    assert response.status_code == 400 and list(response.json()) == ["non_field_errors", "request_id"]
 
 
 def test_unknown_filters_are_400(api):
