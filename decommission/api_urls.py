@@ -13,11 +13,11 @@ router.register("decommission/events", views.EventViewSet, basename="decommissio
 router.register("decommission/certificates", views.CertificateViewSet, basename="decommission-certificate")
 router.register("decommission/processors", views.ProcessorViewSet, basename="decommission-processor")
 router.register("decommission/policy", views.PolicyViewSet, basename="decommission-policy")
-router.register("decommission/keys", views.KeysViewSet, basename="decommission-key")
 router.register("decommission/assets", views.AssetTokenViewSet, basename="decommission-asset")
 
 urlpatterns = [
     path("decommission/agent/results/", views.AgentResultsViewSet.as_view({"post": "create"}),
          name="decommission-agent-results"),
+    path("decommission/keys/", views.KeysView.as_view(), name="decommission-key-list"),
     *router.urls,
 ]

@@ -17,9 +17,11 @@ from django.urls import reverse
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
+from rest_framework.exceptions import PermissionDenied
 from rest_framework.permissions import AllowAny
 from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.views import APIView
 
 from decommission import lifecycle, selectors, services
 from decommission.api import serializers as s
@@ -269,11 +271,13 @@ class PolicyViewSet(mixins.ListModelMixin, mixins.UpdateModelMixin, viewsets.Gen
         audited_update(obj=serializer.instance, actor=self.request.user, **serializer.validated_data)
 
 
-class KeysViewSet(viewsets.ViewSet):
+class KeysView(APIView):
+    """One document, not a list: an APIView, so the schema does not describe an array."""
+
     schema = FleetAutoSchema()
 
     @extend_schema(responses=s.PublicKeysSerializer)
-    def list(self, request: Request) -> Response:
+    def get(self, request: Request) -> Response:
         """Every public key an auditor needs to verify certificates offline (retired keys too)."""
         return Response(services.public_keys_document())
 
@@ -313,7 +317,7 @@ class AgentResultsViewSet(viewsets.ViewSet):
             decisions = agent_results_submit(raw_token=raw, server=data.validated_data["server"],
                                              results=data.validated_data["results"])
         except DjangoPermissionDenied as exc:
-            return Response({"detail": str(exc)}, status=status.HTTP_403_FORBIDDEN)
+            raise PermissionDenied(str(exc)) from exc  # the API's error shape: detail, code, request id
         return Response([{"medium": str(d.medium), "state": d.state, "reason": d.reason} for d in decisions])
 
 

@@ -9,6 +9,7 @@ import pytest
 from django.utils import timezone
 
 from inventory.telemetry.rollup import FIVE_MIN, floor
+from inventory.telemetry.selectors import heatmap_layout_forget
 from tests import factories
 from tests.browser.helpers import CHROMIUM, login, shot
 from tests.telemetry.test_health import hours_of, sample, write
@@ -30,6 +31,7 @@ def hot_fleet(transactional_db):
             for server in (factories.server(rack, hostname=f"{rack.name}-n{u}", rack_unit=2 + 8 * u) for u in range(2))
             for _ in range(8)]
     hot = gpus[5]
+    heatmap_layout_forget()  # the live server shares this process's 60 s layout cache with earlier tests
     end = floor(timezone.now(), FIVE_MIN)
     hours_of(gpus, hours=3, end=end, temp={hot: 80}, power={gpu: 350.0 + i for i, gpu in enumerate(gpus)})
     write([sample(gpu, end + dt.timedelta(seconds=30), temp=80 if gpu == hot else 55 + i % 10, power=400.0)
