@@ -33,7 +33,10 @@ class RequestForm(forms.Form):
         for name in ("category", "destination", "level"):  # a change re-renders the policy preview
             self.fields[name].widget.attrs.update({
                 "hx-get": reverse("decommission:request-new"), "hx-trigger": "change", "hx-include": "#request-form",
-                "hx-target": "#preview", "hx-select": "#preview", "hx-swap": "outerHTML"})
+                "hx-target": "#preview", "hx-select": "#preview", "hx-swap": "outerHTML",
+                # one preview in flight for the whole form: a newer change aborts the older request, so a slow
+                # answer for an earlier choice never overwrites the preview of the last one
+                "hx-sync": "#request-form:replace"})
 
     def clean(self) -> dict:
         data = super().clean()

@@ -279,6 +279,9 @@ FLEET_BMC_SETTLE_SECONDS_BY_CLASS = {k.strip(): float(v) for k, _, v in (
 FLEET_BMC_BOOT_GRACE_SECONDS = float(os.environ.get("FLEET_BMC_BOOT_GRACE_SECONDS", "300"))
 # Internal errors of a step (not the BMC): retried with backoff this many times, then the target is inconclusive.
 FLEET_ROLLOUT_INTERNAL_ATTEMPTS = int(os.environ.get("FLEET_ROLLOUT_INTERNAL_ATTEMPTS", "5"))
+# A request the BMC, asked after the settle period, proves never landed is sent again at most this many times
+# (each time only on that proof); then the target is inconclusive.
+FLEET_BMC_MAX_RESENDS = int(os.environ.get("FLEET_BMC_MAX_RESENDS", "3"))
 # An update task the BMC aborted (it rebooted under it) is sent again at most this many times in all.
 FLEET_ROLLOUT_ABORTED_ATTEMPTS = int(os.environ.get("FLEET_ROLLOUT_ABORTED_ATTEMPTS", "3"))
 

@@ -309,10 +309,12 @@ class AgentResultsViewSet(viewsets.ViewSet):
     @extend_schema(request=s.AgentUploadSerializer, responses={200: s.AgentDecisionSerializer(many=True)},
                    auth=[])
     def create(self, request: Request) -> Response:
-        data = s.AgentUploadSerializer(data=request.data)
-        data.is_valid(raise_exception=True)
         header = request.headers.get("Authorization", "")
         raw = header.split(" ", 1)[1] if header.startswith("AgentToken ") else ""
+        if not raw:  # a caller without an agent token learns nothing about the body it sent
+            raise PermissionDenied("An agent token is required (Authorization: AgentToken <token>).")
+        data = s.AgentUploadSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
         try:
             decisions = agent_results_submit(raw_token=raw, server=data.validated_data["server"],
                                              results=data.validated_data["results"])

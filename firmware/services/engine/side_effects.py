@@ -130,10 +130,10 @@ def staging_step(target: RolloutTarget, ctx: StepContext) -> Outcome:
                 step.bmc_task_uri = found[0].task.uri
                 return task_result(target, step, found[0].task, work)
             return task_result(target, step, DoneTask(), work)
-        if verdict == Verdict.INCONCLUSIVE or any(m == RESENT for m in step.messages):
+        if verdict == Verdict.INCONCLUSIVE or resends_exhausted(step):
             return fail(target, ErrorClass.INCONCLUSIVE, f"update of {item['component']} to {item['version']}: "
                         f"the BMC cannot show whether the unanswered request landed ({evidence})", [])
-        note(step, RESENT)  # ABSENT: the BMC proves it did not land; sent once more, never a third time
+        note(step, RESENT)  # ABSENT: the BMC proves it did not land; sent again, each time only on such proof
     if not ctx.rollout_running(target.rollout_id):  # paused, aborted or demoted meanwhile: not sent
         TargetStep.objects.filter(pk=step.pk).update(outcome=NOT_SENT)
         return later(target, 5, last_error="held: the rollout is no longer running")
@@ -159,6 +159,13 @@ def staging_step(target: RolloutTarget, ctx: StepContext) -> Outcome:
 NOT_SENT = "not_sent"
 AMBIGUOUS = "ambiguous"
 RESENT = "resent: the BMC showed no trace after the settle period"
+
+
+def resends_exhausted(step: TargetStep) -> bool:
+    """Each resend needs the BMC's proof that the last request did not land (a worker killed between the record
+    and the send leaves exactly that); a BMC that keeps dropping requests stops after
+    ``FLEET_BMC_MAX_RESENDS`` of them and the target is inconclusive."""
+    return sum(m == RESENT for m in step.messages) >= settings.FLEET_BMC_MAX_RESENDS
 
 
 def notes(step: TargetStep) -> list[str]:
@@ -266,7 +273,7 @@ def settle_action(target: RolloutTarget, client: Any, step: TargetStep, action: 
         step.response_status = 0
         TargetStep.objects.filter(pk=step.pk).update(response_status=0, outcome="found", finished_at=timezone.now())
         return None
-    if verdict == Verdict.INCONCLUSIVE or any(m == RESENT for m in step.messages):
+    if verdict == Verdict.INCONCLUSIVE or resends_exhausted(step):
         return fail(target, ErrorClass.INCONCLUSIVE, f"{action}: the BMC cannot show whether the unanswered "
                     f"request happened ({evidence})", [])
     note(step, RESENT)
