@@ -47,11 +47,15 @@ class Method:
     rate_uncertainty: bool = True
     prior_rate: float = 0.03  # failures per GPU-year before any history (vendor AFR)
     prior_weight: float = 1.0  # in failures
+    # Stock is sized on this one-sided upper credible bound of the rate (gamma posterior on the weighted failures),
+    # not its mean (None): the fill target is met over the windows a rate change cannot be foreseen in.
+    rate_level: float | None = 0.9
 
 
 POISSON = Method(name="poisson", half_life=math.inf, recent_windows=(), trend=False, strata=False, overdispersion=False,
-                 rate_uncertainty=False)
-NB = Method(name="nb", half_life=math.inf, recent_windows=(), trend=False, dispersion_level=0.5, strata=False, rate_uncertainty=False)
+                 rate_uncertainty=False, rate_level=None)
+NB = Method(name="nb", half_life=math.inf, recent_windows=(), trend=False, dispersion_level=0.5, strata=False, rate_uncertainty=False,
+            rate_level=None)
 ADAPTIVE = Method()
 METHODS = {m.name: m for m in (POISSON, NB, ADAPTIVE)}
 
@@ -246,6 +250,10 @@ def scope_forecast(s: CellStats, cell_mask: np.ndarray, *, target: float, method
             rate = projected
             mean = rate * installed * lead_years
 
+    if method.rate_level is not None and mean > 0:
+        k = a + weight_failures
+        mean *= float(stats.gamma.ppf(method.rate_level, k)) / k
+        rate = mean / (installed * lead_years) if installed else rate
     vmr = _overdispersion(counts, exposure, method.dispersion_level) if method.overdispersion else 1.0
     var = mean * vmr
     if method.rate_uncertainty:
