@@ -288,6 +288,7 @@ def main() -> None:
     seed_s = 0.0
     if not reuse:
         call_command("migrate", verbosity=0)
+        call_command("createcachetable", verbosity=0)  # the pages' cache without REDIS_URL (as make setup does)
         started = time.perf_counter()
         call_command("seed_demo", gpus=args.gpus, seed=1, verbosity=2)
         seed_s = time.perf_counter() - started
