@@ -12,6 +12,7 @@ import datetime as dt
 from decimal import Decimal
 from typing import Any
 
+from django.db import connection
 from django.utils import timezone
 
 from fleet.audit import Actor
@@ -130,7 +131,8 @@ def procurement_demo_seed(*, actor: Actor) -> dict[str, Any]:
     for gpu_asset in GpuAsset.objects.filter(site__isnull=True).order_by("id"):
         gpu_asset.site = sites[gpu_asset.pk % len(sites)]  # spares on the shelf belong to a site
         gpu_asset.save(update_fields=["site"])
+    out |= {"orders": PurchaseOrder.objects.count(), "rma_cases": len(cases)}
+    if connection.vendor != "postgresql":  # the forecast's history queries are PostgreSQL's (docs/procurement.md)
+        return out | {"forecasts": 0, "alerts": 0}
     run = forecast_compute(actor=actor)
-    out |= {"orders": PurchaseOrder.objects.count(), "rma_cases": len(cases), "forecasts": run.forecasts.count(),
-            "alerts": run.forecasts.exclude(alert="").count()}
-    return out
+    return out | {"forecasts": run.forecasts.count(), "alerts": run.forecasts.exclude(alert="").count()}
