@@ -72,6 +72,17 @@ def api(users):
 
 
 @pytest.fixture
+def no_eager_celery(settings):
+    """For tests about real worker processes: fleet.dispatch must publish to the broker, never run a task in this
+    process. It reads Celery's own config (``app.conf.task_always_eager``), which a fixture may flip at run time
+    while Django's setting stays off, so both are checked."""
+    from fleet import celery_app
+
+    assert not settings.CELERY_TASK_ALWAYS_EAGER
+    assert not celery_app.conf.task_always_eager, "eager mode is on: tasks would run in the test process"
+
+
+@pytest.fixture
 def celery_worker_process(transactional_db):
     """A real Celery worker process (``--pool solo``) on this test database and settings.REDIS_URL. A test that
     uses it is marked ``celery`` and skipped without REDIS_URL."""

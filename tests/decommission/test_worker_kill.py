@@ -54,7 +54,8 @@ def _until(check, timeout: float, tick: bool = False):  # type: ignore[no-untype
 
 
 @pytest.mark.django_db(transaction=True)
-def test_worker_killed_mid_step_sends_nothing_twice_and_the_request_completes(users, tmp_path, monkeypatch):
+def test_worker_killed_mid_step_sends_nothing_twice_and_the_request_completes(users, tmp_path, monkeypatch,
+                                                                              no_eager_celery):
     import redis
 
     monkeypatch.setattr(settings, "DECOMMISSION_SIGNING_KEY_DIR", str(tmp_path / "keys"))

@@ -27,9 +27,8 @@ pytestmark = [
 
 
 @pytest.fixture
-def chaos_settings(settings):
+def chaos_settings(settings, no_eager_celery):
     """The test process's side of the workers' settings (chaos.WORKER_ENV). Eager mode stays off."""
-    assert not settings.CELERY_TASK_ALWAYS_EAGER
     settings.FLEET_ROLLOUT_LEASE_SECONDS = 3
     settings.FLEET_ROLLOUT_CHUNK = 4  # several messages in flight, so faults land inside chunks
     settings.FLEET_BMC_TIMEOUT = 1
