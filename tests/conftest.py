@@ -83,6 +83,17 @@ def no_eager_celery(settings):
 
 
 @pytest.fixture
+def eager_celery():
+    """For page flows that are not about workers: background tasks run in the request that sends them."""
+    from fleet import celery_app
+
+    previous = celery_app.conf.task_always_eager
+    celery_app.conf.task_always_eager = True
+    yield
+    celery_app.conf.task_always_eager = previous
+
+
+@pytest.fixture
 def celery_worker_process(transactional_db):
     """A real Celery worker process (``--pool solo``) on this test database and settings.REDIS_URL. A test that
     uses it is marked ``celery`` and skipped without REDIS_URL."""

@@ -16,7 +16,7 @@ import requests
 from decommission import services
 from decommission.models import DecommissionRequest, Medium
 from decommission.services.agent import agent_token_issue
-from fleet import celery_app, dispatch
+from fleet import dispatch
 from fleet.bmcsim.testing import running_simulator
 from inventory.services import record_update
 from tests.browser.helpers import CHROMIUM, login, shot
@@ -29,14 +29,6 @@ pytestmark = [
     pytest.mark.browser,
     pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium (make chromium)"),
 ]
-
-
-@pytest.fixture
-def eager_celery():
-    previous = celery_app.conf.task_always_eager
-    celery_app.conf.task_always_eager = True
-    yield
-    celery_app.conf.task_always_eager = previous
 
 
 @pytest.fixture

@@ -8,7 +8,6 @@ import re
 
 import pytest
 
-from fleet import celery_app
 from fleet.models import Job, JobStatus
 from tests import factories
 from tests.browser.helpers import CHROMIUM, login, shot
@@ -29,14 +28,6 @@ def small_fleet(transactional_db):
     gpus = [factories.gpu(server, vbios_version="96.00.89.00.01", driver_version="550.90.07")
             for server in servers for _ in range(8)]
     return {"rack": rack, "servers": servers, "gpus": gpus}
-
-
-@pytest.fixture
-def eager_celery():
-    previous = celery_app.conf.task_always_eager
-    celery_app.conf.task_always_eager = True
-    yield
-    celery_app.conf.task_always_eager = previous
 
 
 def test_operator_filters_opens_and_transitions_a_gpu(live_server, page, small_fleet, make_user):

@@ -8,7 +8,6 @@ import re
 
 import pytest
 
-from fleet import celery_app
 from fleet.audit import SYSTEM
 from inventory.models import Gpu
 from procurement.models import GpuAsset, RmaCase
@@ -36,14 +35,6 @@ def procurement_data(transactional_db):
         rows.append(f"PH{i:04d},{model.name},fra3,2024-02-01,{failed},,{'gpu' if failed else ''},L{i % 4}")
     assert history.history_import(text="\n".join(rows) + "\n", actor=SYSTEM).ok
     return {"model": model, "site": site, "vendor": vendor}
-
-
-@pytest.fixture
-def eager_celery():
-    previous = celery_app.conf.task_always_eager
-    celery_app.conf.task_always_eager = True
-    yield
-    celery_app.conf.task_always_eager = previous
 
 
 def test_order_receipt_rma_and_forecast(live_server, page, procurement_data, make_user, eager_celery):

@@ -14,7 +14,6 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
-from fleet import celery_app
 from fleet.audit import SYSTEM
 from fleet.models import AuditEvent, Job, JobStatus
 from inventory import services
@@ -213,14 +212,6 @@ def test_bulk_transition_with_an_illegal_gpu_changes_nothing_and_says_why(client
     assert not GpuStateChange.objects.filter(to_state="drained", gpu_id__in=ids).exists()
     empty = client.post(reverse("gpu-bulk-transition"), {"to_state": "drained", "scope": "selected"}, follow=True)
     assert "Select at least one GPU" in empty.content.decode()
-
-
-@pytest.fixture
-def eager_celery():
-    previous = celery_app.conf.task_always_eager
-    celery_app.conf.task_always_eager = True
-    yield
-    celery_app.conf.task_always_eager = previous
 
 
 @pytest.mark.django_db
