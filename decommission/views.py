@@ -24,7 +24,7 @@ from decommission.services.agent import agent_script
 from decommission.services.certificates import certificate_verify
 from fleet.pagination import keyset_page
 from fleet.roles import has_role
-from fleet.views import HtmxHttpRequest, operator_required, render_page, viewer_required
+from fleet.views import HtmxHttpRequest, operator_required, query_params, render_page, viewer_required
 
 LIVE_STATES = {RequestState.DRAINED, RequestState.SANITIZING}
 SERVER_MEDIA = (MediaType.NVME, MediaType.BMC_FLASH, MediaType.HMC_FLASH, MediaType.UEFI_NVRAM, MediaType.TPM,
@@ -32,9 +32,9 @@ SERVER_MEDIA = (MediaType.NVME, MediaType.BMC_FLASH, MediaType.HMC_FLASH, MediaT
 
 
 @viewer_required
+@query_params(state=RequestState.values)
 def request_list(request: HtmxHttpRequest) -> HttpResponse:
     state = request.GET.get("state", "")
-    state = state if state in RequestState.values else ""
     page = keyset_page(selectors.request_list(state=state), after=request.GET.get("after"),
                        size=settings.FLEET_PAGE_SIZE, sort="-id", allowed=("-id",))
     return render_page(request, "decommission/request_list.html", "request-table", {

@@ -24,6 +24,7 @@ from fleet.api_errors import (
     exception_handler,
     protected_message,
     validation_detail,
+    with_request_id,
 )
 from fleet.filters import AuditEventFilter, JobFilter
 from fleet.models import AuditEvent, Job
@@ -32,7 +33,7 @@ from fleet.roles import ADMIN
 
 # The error contract lives in fleet.api_errors; its names stay importable from here.
 __all__ = ["ErrorSerializer", "FleetAutoSchema", "ProtectedErrorSerializer", "ValidationErrorSerializer",
-           "exception_handler", "protected_message", "validation_detail"]
+           "exception_handler", "protected_message", "validation_detail", "with_request_id"]
 
 
 # --- nested references ---------------------------------------------------------------------------------

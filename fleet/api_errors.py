@@ -66,7 +66,7 @@ def request_id(request: Any) -> str | None:
     return str(value) if value else None
 
 
-def _with_request_id(body: dict[str, Any], request: Any) -> dict[str, Any]:
+def with_request_id(body: dict[str, Any], request: Any) -> dict[str, Any]:
     if (rid := request_id(request)) is not None:
         body["request_id"] = rid
     return body
@@ -110,7 +110,7 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
             response.data = dict(detail)
         elif isinstance(exc, exceptions.APIException):
             response.data = {"detail": str(exc.detail), "code": _code(exc)}
-    response.data = _with_request_id(dict(response.data), request)
+    response.data = with_request_id(dict(response.data), request)
     if request is not None:
         renderer = getattr(request, "accepted_renderer", None)
         if not isinstance(renderer, renderers.JSONRenderer | renderers.BrowsableAPIRenderer):
@@ -124,14 +124,14 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
 def not_found(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
     """``handler404``: JSON under ``/api/`` (a URL no route matches, a non-numeric id), else Django's page."""
     if request.path.startswith(API_PREFIX):
-        return JsonResponse(_with_request_id({"detail": "Not found.", "code": "not_found"}, request), status=404)
+        return JsonResponse(with_request_id({"detail": "Not found.", "code": "not_found"}, request), status=404)
     return defaults.page_not_found(request, exception)  # type: ignore[arg-type]
 
 
 def server_error(request: HttpRequest) -> HttpResponse:
     """``handler500``: JSON under ``/api/``, else Django's page."""
     if request.path.startswith(API_PREFIX):
-        return JsonResponse(_with_request_id({"detail": "Server error.", "code": "error"}, request), status=500)
+        return JsonResponse(with_request_id({"detail": "Server error.", "code": "error"}, request), status=500)
     return defaults.server_error(request)
 
 

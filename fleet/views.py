@@ -5,7 +5,7 @@ cross-cutting pages: the audit log and background job progress.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from functools import wraps
 from typing import Any
 
@@ -63,6 +63,44 @@ def role_required(role: str) -> Callable[[View], View]:
 
 viewer_required = role_required(VIEWER)
 operator_required = role_required(OPERATOR)
+
+
+QuerySpec = Collection[str] | Callable[[str], object] | None
+
+
+def query_params(**spec: QuerySpec) -> Callable[[View], View]:
+    """An HTML page's query string, read strictly (the API's rule): a parameter of ``spec`` is accepted with a
+    value from its collection (choices) or one its callable parses (``int``; ``None`` takes any value; an empty
+    value means "no filter"), the pager's (``after``, ``sort``...) always; any other parameter or value answers
+    400 with a page naming it (a link to the unfiltered list), never a silently unfiltered list."""
+
+    def decorator(view: View) -> View:
+        @wraps(view)
+        def wrapped(request: HtmxHttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+            if errors := query_errors(request.GET, spec):
+                return render(request, "fleet/bad_query.html", {"errors": sorted(errors.items()),
+                              "accepted": sorted(spec), "path": request.path}, status=400)
+            return view(request, *args, **kwargs)
+
+        return wrapped
+
+    return decorator
+
+
+def query_errors(params: QueryDict, spec: dict[str, QuerySpec]) -> dict[str, str]:
+    errors = {name: msgs[0] for name, msgs in unknown_param_errors(params.keys(), {*spec, *HTML_COMMON_PARAMS}).items()}
+    for name, rule in spec.items():
+        value = params.get(name, "")
+        if not value or rule is None:
+            continue
+        if callable(rule):
+            try:
+                rule(value)
+            except (TypeError, ValueError):
+                errors[name] = f"{value!r} is not a valid {name}."
+        elif value not in rule:
+            errors[name] = f"{value!r} is not a valid {name}; choose one of {', '.join(sorted(rule))}."
+    return errors
 
 
 def render_page(request: HtmxHttpRequest, template: str, partial: str, context: dict[str, Any],

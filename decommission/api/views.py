@@ -30,7 +30,7 @@ from decommission.filters import CertificateFilter, EventFilter, RequestFilter
 from decommission.models import Asset, Certificate, DecommissionRequest, PolicyRule, Processor
 from decommission.services.agent import agent_results_submit, agent_token_issue
 from decommission.services.certificates import certificate_verify
-from fleet.api import ErrorSerializer, FleetAutoSchema, NewestFirstCursorPagination
+from fleet.api import ErrorSerializer, FleetAutoSchema, NewestFirstCursorPagination, with_request_id
 from fleet.audit import audited_update
 from fleet.roles import ADMIN, APPROVER, OPERATOR, VIEWER
 
@@ -54,7 +54,8 @@ class RequestViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.
 
     def handle_exception(self, exc: Exception) -> Response:
         if isinstance(exc, lifecycle.IllegalTransition):
-            return Response({"detail": " ".join(exc.messages)}, status=status.HTTP_409_CONFLICT)
+            return Response(with_request_id({"detail": " ".join(exc.messages), "code": "conflict"}, self.request),
+                            status=status.HTTP_409_CONFLICT)
         return super().handle_exception(exc)
 
     def _respond(self, obj: DecommissionRequest, code: int = status.HTTP_200_OK) -> Response:

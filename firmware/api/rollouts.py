@@ -25,7 +25,7 @@ from firmware.selectors.rollout import rollout_progress_json, rollout_targets
 from firmware.selectors.rollout_pages import rollout_list
 from firmware.services import rollout as services
 from firmware.services.plan import StrategySerializer, plan_preview
-from fleet.api import ErrorSerializer, FleetAutoSchema
+from fleet.api import ErrorSerializer, FleetAutoSchema, with_request_id
 from fleet.roles import VIEWER
 
 # --- serializers ------------------------------------------------------------------------------------------------
@@ -206,7 +206,8 @@ class RolloutViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.
 
     def handle_exception(self, exc: Exception) -> Response:
         if isinstance(exc, services.RolloutStateError):
-            return Response({"detail": " ".join(exc.messages)}, status=status.HTTP_409_CONFLICT)
+            return Response(with_request_id({"detail": " ".join(exc.messages), "code": "conflict"}, self.request),
+                            status=status.HTTP_409_CONFLICT)
         if isinstance(exc, DjangoValidationError) and getattr(exc, "code", None) in ("two_person_rule",
                                                                                    "not_approver"):
             exc = PermissionDenied(" ".join(exc.messages))

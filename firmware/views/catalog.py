@@ -28,6 +28,7 @@ from fleet.roles import APPROVER, OPERATOR, has_role
 from fleet.views import (
     HtmxHttpRequest,
     operator_required,
+    query_params,
     query_with,
     query_without,
     render_page,
@@ -94,6 +95,7 @@ def firmware_home(request: HtmxHttpRequest) -> HttpResponse:
 # --- releases --------------------------------------------------------------------------------------------
 
 @viewer_required
+@query_params(component={v for v, _ in COMPONENT_CHOICES if v}, channel=Channel.values)
 def release_list(request: HtmxHttpRequest) -> HttpResponse:
     qs = selectors.release_list()
     component = request.GET.get("component") or ""
@@ -145,6 +147,7 @@ def release_channel(request: HtmxHttpRequest, pk: int) -> HttpResponse:
 # --- bundles ---------------------------------------------------------------------------------------------
 
 @viewer_required
+@query_params()
 def bundle_list(request: HtmxHttpRequest) -> HttpResponse:
     return render_page(request, "firmware/bundle_list.html", "bundle-table",
                        _page(request, selectors.bundle_list(), "bundles"))
@@ -172,6 +175,7 @@ def bundle_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
 # --- baselines, pools, windows ----------------------------------------------------------------------------
 
 @viewer_required
+@query_params()
 def baseline_list(request: HtmxHttpRequest) -> HttpResponse:
     return _list_with_create_form(request, "firmware/baseline_list.html", "baseline-table",
                                   _page(request, selectors.baseline_list(), "baselines"),
@@ -198,6 +202,7 @@ def baseline_action(request: HtmxHttpRequest, pk: int, action: str) -> HttpRespo
 
 
 @viewer_required
+@query_params()
 def pool_list(request: HtmxHttpRequest) -> HttpResponse:
     return _list_with_create_form(request, "firmware/pool_list.html", "pool-table",
                                   _page(request, selectors.pool_list(), "pools"),
@@ -205,6 +210,7 @@ def pool_list(request: HtmxHttpRequest) -> HttpResponse:
 
 
 @viewer_required
+@query_params()
 def window_list(request: HtmxHttpRequest) -> HttpResponse:
     return _list_with_create_form(request, "firmware/window_list.html", "window-table",
                                   _page(request, selectors.window_list(), "windows"),
@@ -214,6 +220,8 @@ def window_list(request: HtmxHttpRequest) -> HttpResponse:
 # --- drift -----------------------------------------------------------------------------------------------
 
 @viewer_required
+@query_params(site=None, platform=int, component=FirmwareComponent.values,
+              status=ComplianceState.values, server=int)
 def drift_report(request: HtmxHttpRequest) -> HttpResponse:
     """Counts by site, platform and component; the mixed-firmware findings; the drill-down (keyset): the GPUs
     for a per-GPU component, else the non-compliant rows (a per-GPU row is a server's group of GPUs)."""

@@ -34,6 +34,7 @@ from fleet.views import (
     audit_query_for,
     audit_rows,
     operator_required,
+    query_params,
     query_with,
     query_without,
     render_page,
@@ -44,10 +45,9 @@ from fleet.views import (
 
 
 @viewer_required
+@query_params(state=RolloutState.values)
 def rollout_list(request: HtmxHttpRequest) -> HttpResponse:
     state = request.GET.get("state", "")
-    if state not in RolloutState.values:
-        state = ""
     page = keyset_page(selectors.rollout_list(state=state or None), after=request.GET.get("after"),
                        size=settings.FLEET_PAGE_SIZE, sort="-id", allowed=("-id",))
     done = selectors.rollout_done_counts(page.items)

@@ -13,7 +13,7 @@ from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from fleet.api import FleetAutoSchema, ValidationErrorSerializer
+from fleet.api import FleetAutoSchema, ValidationErrorSerializer, with_request_id
 from inventory.importers import FORMATS
 from inventory.imports import gpus_import
 
@@ -96,4 +96,6 @@ class ImportViewSet(viewsets.ViewSet):
             "rows": list(result.rows),
             "format": getattr(result, "fmt", "") or data["format"],
         }
-        return Response(body, status=status.HTTP_400_BAD_REQUEST if body["errors"] else status.HTTP_200_OK)
+        if body["errors"]:
+            return Response(with_request_id(body, request), status=status.HTTP_400_BAD_REQUEST)
+        return Response(body)

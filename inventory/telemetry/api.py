@@ -11,6 +11,7 @@ from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, PolymorphicProxySerializer, extend_schema
 from rest_framework import serializers, status
+from rest_framework.exceptions import ValidationError
 from rest_framework.negotiation import DefaultContentNegotiation
 from rest_framework.parsers import BaseParser
 from rest_framework.request import Request
@@ -23,6 +24,7 @@ from fleet.api import (
     NewestFirstCursorPagination,
     ReadOnlyViewSet,
     ValidationErrorSerializer,
+    with_request_id,
 )
 from fleet.filters import reject_unknown_params
 from inventory.telemetry import selectors, services
@@ -81,8 +83,9 @@ class FormatParamNegotiation(DefaultContentNegotiation):
     settings = _NoFormatOverride()
 
 
-def _error(message: str, reason: str, line: int | None, code: int) -> Response:
-    return Response({"detail": message, "code": reason, "reason": reason, "line": line}, status=code)
+def _error(request: Request, message: str, reason: str, line: int | None, code: int) -> Response:
+    body = {"detail": message, "code": reason, "reason": reason, "line": line}
+    return Response(with_request_id(body, request), status=code)
 
 
 def _visibility() -> dict[str, Any]:
@@ -127,7 +130,7 @@ class _IngestView(APIView):
             body = request._request.read(limit + 1)  # ASGI: the server hands Django the whole, de-chunked body
         elif encoding and encoding != "identity":
             if not meta.get("wsgi.input_terminated"):
-                return _error("A chunked body cannot be read behind this server; send a Content-Length.",
+                return _error(request, "A chunked body cannot be read behind this server; send a Content-Length.",
                               "length_required", None, status.HTTP_411_LENGTH_REQUIRED)
             body = _read_at_most(meta["wsgi.input"], limit + 1)
         else:
@@ -136,11 +139,11 @@ class _IngestView(APIView):
             except ValueError:
                 declared = 0
             if declared > limit:
-                return _error(f"The body is {declared} bytes; at most {limit}.", "body_too_large", None,
+                return _error(request, f"The body is {declared} bytes; at most {limit}.", "body_too_large", None,
                               status.HTTP_413_REQUEST_ENTITY_TOO_LARGE)
             body = request._request.read(limit + 1)  # not request.body: DATA_UPLOAD_MAX_MEMORY_SIZE is for forms
         if len(body) > limit:
-            return _error(f"The body is over {limit} bytes.", "body_too_large", None,
+            return _error(request, f"The body is over {limit} bytes.", "body_too_large", None,
                           status.HTTP_413_REQUEST_ENTITY_TOO_LARGE)
         return body
 
@@ -157,7 +160,7 @@ class _IngestView(APIView):
                                                host=request.query_params.get("host"), filename=name)
         except TelemetryParseError as exc:
             code = status.HTTP_413_REQUEST_ENTITY_TOO_LARGE if exc.reason == "body_too_large" else 400
-            return _error(exc.message, exc.reason, exc.line_no, code)
+            return _error(request, exc.message, exc.reason, exc.line_no, code)
         return Response({**result.summary(), **_visibility()})
 
 
@@ -196,7 +199,7 @@ class IngestView(_IngestView):
     def post(self, request: Request) -> Response:
         fmt = request.query_params.get("format", "")
         if fmt not in services.FORMATS:
-            return Response({"format": [f"One of {', '.join(services.FORMATS)}."]}, status=400)
+            raise ValidationError({"format": [f"One of {', '.join(services.FORMATS)}."]})
         return self._ingest(request, fmt)
 
 

@@ -107,8 +107,7 @@ class PurchaseOrderViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mix
         body.is_valid(raise_exception=True)
         line = body.validated_data["line"]
         if line.order_id != order.pk:
-            return Response({"line": [f"Line {line.pk} is not on order {order.reference}."]},
-                            status=status.HTTP_400_BAD_REQUEST)
+            raise ValidationError({"line": [f"Line {line.pk} is not on order {order.reference}."]})
         rows = [order_services.ReceiptRow(i, serial.strip()) for i, serial in
                 enumerate(body.validated_data["serials"], start=1)]
         delivery = order_services.delivery_receive(order_line=line, site=body.validated_data["site"],
@@ -256,8 +255,8 @@ class BacktestView(FlatErrors, APIView):
         known = set(s.BacktestQuerySerializer().fields) | {"format"}
         unknown = sorted(set(request.query_params) - known)
         if unknown:
-            return Response({k: [f"Unknown parameter; parameters are {', '.join(sorted(known))}."] for k in unknown},
-                            status=status.HTTP_400_BAD_REQUEST)
+            raise ValidationError({k: [f"Unknown parameter; parameters are {', '.join(sorted(known))}."]
+                                   for k in unknown})
         body = s.BacktestQuerySerializer(data=request.query_params.dict())
         body.is_valid(raise_exception=True)
         return Response(forecast_services.backtest_run(**body.validated_data))

@@ -10,7 +10,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
 from fleet.roles import APPROVER
-from fleet.views import HtmxHttpRequest, operator_required, role_required, viewer_required
+from fleet.views import HtmxHttpRequest, operator_required, query_params, role_required, viewer_required
 from procurement import selectors
 from procurement.forms import LineFormSet, OrderForm, ReceiveForm
 from procurement.models import OrderStatus, PurchaseOrder
@@ -18,10 +18,11 @@ from procurement.services import orders as services
 
 
 @viewer_required
+@query_params(status=OrderStatus.values)
 def home(request: HtmxHttpRequest) -> HttpResponse:
     status = request.GET.get("status", "")
     qs = selectors.order_list()
-    if status in OrderStatus.values:
+    if status:
         qs = qs.filter(status=status)
     return render(request, "procurement/home.html", {
         "orders": list(qs[:200]), "status": status, "statuses": OrderStatus.choices,

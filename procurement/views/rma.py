@@ -8,7 +8,7 @@ from django.core.exceptions import ValidationError
 from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 
-from fleet.views import HtmxHttpRequest, operator_required, viewer_required
+from fleet.views import HtmxHttpRequest, operator_required, query_params, viewer_required
 from inventory.models import Gpu
 from procurement import selectors
 from procurement.forms import RmaCloseForm, RmaOpenForm, RmaReplaceForm, RmaShipForm
@@ -18,6 +18,7 @@ from procurement.services.sync import flag_evidence
 
 
 @viewer_required
+@query_params(status={"open", "all", *RmaStatus.values})
 def rma_list(request: HtmxHttpRequest) -> HttpResponse:
     status = request.GET.get("status", "open")
     qs = selectors.rma_list()

@@ -83,6 +83,7 @@ def test_push_over_the_size_limit_is_413_json(api, node):
         response = api("operator").post(PUSH, "x" * 101, content_type="text/plain")
     assert response.status_code == 413
     assert response.json()["reason"] == "body_too_large"
+    assert response.json()["request_id"] == response["X-Request-ID"]  # what a user quotes when they report it
 
 
 @pytest.mark.sqlite
@@ -92,6 +93,7 @@ def test_push_parse_error_is_400_with_the_line_and_writes_nothing(api, node):
     assert response.status_code == 400
     assert response.json()["line"] == 6
     assert response.json()["reason"]
+    assert response.json()["request_id"] == response["X-Request-ID"]
     assert not XidEvent.objects.exists()
 
 
@@ -104,7 +106,9 @@ def test_ingest_endpoint_takes_other_formats(api):
                                     content_type="text/plain")
     assert response.status_code == 200, response.content
     assert response.json()["xid_events"] == 1
-    assert api("operator").post("/api/v1/telemetry/ingest?format=nope", "x", content_type="text/plain").status_code == 400
+    bad = api("operator").post("/api/v1/telemetry/ingest?format=nope", "x", content_type="text/plain")
+    assert bad.status_code == 400
+    assert bad.json() == {"format": ["One of " + ", ".join(services.FORMATS) + "."], "request_id": bad["X-Request-ID"]}
 
 
 # --- history and heatmap ----------------------------------------------------------------------------------
