@@ -45,20 +45,40 @@ def target_fill_rate() -> float:
     return float(getattr(settings, "PROCUREMENT_TARGET_FILL_RATE", 0.95))
 
 
+# Days since 1970-01-01 of a date column, and the earlier of two nullable dates, in the database's dialect: the
+# history reads are two set-based queries (100,000 boards in a fraction of a second, docs/procurement.md) that
+# also run on the embedded SQLite of ``make run``.
+_DAYS = {"postgresql": "({} - DATE '1970-01-01')", "sqlite": "CAST(julianday({}) - 2440587.5 AS INTEGER)"}
+_EARLIER = {"postgresql": "LEAST({0}, {1})", "sqlite": "MIN(COALESCE({0}, {1}), COALESCE({1}, {0}))"}
+
 _GPUS_SQL = """
-SELECT COALESCE(a.site_id, 0), a.model_id, a.batch, a.in_service_on - DATE '1970-01-01',
-       COALESCE(LEAST(CASE WHEN a.removed_on < %(t)s THEN a.removed_on END, f.first_failed) - DATE '1970-01-01', -1)
+SELECT COALESCE(a.site_id, 0), a.model_id, a.batch, {start},
+       COALESCE({end}, -1)
 FROM procurement_gpuasset a
 LEFT JOIN (SELECT gpu_id, MIN(failed_on) AS first_failed FROM procurement_failure WHERE failed_on < %(t)s
            GROUP BY gpu_id) f ON f.gpu_id = a.gpu_id
 WHERE a.in_service_on < %(t)s {scope}
 """
 _FAILURES_SQL = """
-SELECT COALESCE(f.site_id, a.site_id, 0), f.model_id, f.batch, f.failed_on - DATE '1970-01-01',
-       COALESCE(a.in_service_on, f.failed_on) - DATE '1970-01-01'
+SELECT COALESCE(f.site_id, a.site_id, 0), f.model_id, f.batch, {day}, {start}
 FROM procurement_failure f LEFT JOIN procurement_gpuasset a ON a.gpu_id = f.gpu_id
 WHERE f.failed_on < %(t)s {scope}
 """
+
+
+def _history_sql(vendor: str, model_ids: list[int] | None) -> tuple[str, str, dict[str, Any]]:
+    days, earlier = _DAYS.get(vendor, _DAYS["postgresql"]).format, _EARLIER.get(vendor, _EARLIER["postgresql"]).format
+    params: dict[str, Any] = {}
+    scope_g = scope_f = ""
+    if model_ids:
+        params = {f"m{i}": int(m) for i, m in enumerate(model_ids)}
+        listed = ", ".join(f"%({name})s" for name in params)
+        scope_g, scope_f = f"AND a.model_id IN ({listed})", f"AND f.model_id IN ({listed})"
+    gpus = _GPUS_SQL.format(start=days("a.in_service_on"), scope=scope_g, end=days(
+        earlier("CASE WHEN a.removed_on < %(t)s THEN a.removed_on END", "f.first_failed")))
+    fails = _FAILURES_SQL.format(day=days("f.failed_on"), start=days("COALESCE(a.in_service_on, f.failed_on)"),
+                                 scope=scope_f)
+    return gpus, fails, params
 
 
 def _columns(rows: list[tuple[Any, ...]], n: int) -> list[np.ndarray]:
@@ -70,15 +90,12 @@ def _columns(rows: list[tuple[Any, ...]], n: int) -> list[np.ndarray]:
 def history_load(*, as_of: dt.date, model_ids: list[int] | None = None) -> History:
     """The engine's arrays from the rows before ``as_of`` only (cells are (site id, model id); a removal or
     failure on or after ``as_of`` reads as "still in service")."""
-    params: dict[str, Any] = {"t": as_of}
-    scope_g = scope_f = ""
-    if model_ids:
-        params["m"] = list(model_ids)
-        scope_g, scope_f = "AND a.model_id = ANY(%(m)s)", "AND f.model_id = ANY(%(m)s)"
+    gpus_sql, fails_sql, params = _history_sql(connection.vendor, model_ids)
+    params["t"] = as_of
     with connection.cursor() as cur:
-        cur.execute(_GPUS_SQL.format(scope=scope_g), params)
+        cur.execute(gpus_sql, params)
         gpus = cur.fetchall()
-        cur.execute(_FAILURES_SQL.format(scope=scope_f), params)
+        cur.execute(fails_sql, params)
         fails = cur.fetchall()
     g_site, g_model, g_batch, g_start, g_end = _columns(gpus, 5)
     f_site, f_model, f_batch, f_day, f_start = _columns(fails, 5)
@@ -104,8 +121,11 @@ def spares_by_cell(*, as_of: dt.date) -> dict[tuple[Any, Any], int]:
                "ON a.gpu_id = g.id WHERE g.state = 'spare' GROUP BY 1, 2")
         params: list[Any] = []
     else:
-        sql = (f"SELECT {home}, g.model_id, COUNT(*) FROM (SELECT DISTINCT ON (gpu_id) gpu_id, to_state "  # noqa: S608
-               "FROM inventory_gpustatechange WHERE at < %s ORDER BY gpu_id, at DESC, id DESC) s "
+        latest = ("SELECT DISTINCT ON (gpu_id) gpu_id, to_state FROM inventory_gpustatechange WHERE at < %s "
+                  "ORDER BY gpu_id, at DESC, id DESC") if connection.vendor == "postgresql" else (
+                  "SELECT gpu_id, to_state FROM (SELECT gpu_id, to_state, ROW_NUMBER() OVER (PARTITION BY gpu_id "
+                  "ORDER BY at DESC, id DESC) AS n FROM inventory_gpustatechange WHERE at < %s) WHERE n = 1")
+        sql = (f"SELECT {home}, g.model_id, COUNT(*) FROM ({latest}) s "  # noqa: S608
                "JOIN inventory_gpu g ON g.id = s.gpu_id LEFT JOIN procurement_gpuasset a ON a.gpu_id = g.id "
                "WHERE s.to_state = 'spare' GROUP BY 1, 2")
         params = [dt.datetime.combine(as_of, dt.time(), tzinfo=dt.UTC)]

@@ -14,7 +14,7 @@ from procurement.models import Failure, GpuAsset
 from procurement.services import forecast, history
 from tests import factories
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.sqlite]  # the forecast reads history on both backends
 
 HEADER = "serial,model,site,in_service_at,failed_at,removed_at,cause,batch\n"
 GOOD = HEADER + (
