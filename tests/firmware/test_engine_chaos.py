@@ -12,7 +12,8 @@ import pytest
 import redis
 from django.conf import settings
 
-from firmware.models import RolloutState, RolloutTarget, TargetStep
+from firmware.models import Rollout, RolloutState, RolloutTarget, TargetState, TargetStep
+from firmware.services import engine
 from firmware.services import rollout as svc
 from fleet import dispatch
 from fleet.bmcsim.testing import SimulatorProcess
@@ -188,3 +189,55 @@ def test_two_concurrent_rollouts_with_tight_rack_and_site_caps(users, chaos_sett
         assert chaos.max_unavailable([first, second], "site") <= 3
         assert chaos.max_unavailable([first, second], "rack") == 1  # the cap was reached, not avoided
         assert (first.state, second.state) == (RolloutState.COMPLETED, RolloutState.COMPLETED)
+
+
+def _received(sim, key: str) -> int:
+    return sum(seen["received"].get(key, 0) for seen in sim.control.counters()["bmcs"].values())
+
+
+def test_a_pause_landing_mid_chunk_stops_new_requests_within_one_state_read(users, chaos_settings):
+    """An operator pauses while workers are inside chunks (a worker's session holds a server lock, some BMCs
+    have their update request and most do not): within one re-read of the rollout's state (every 0.5 s per
+    chunk) plus a request in flight, no BMC receives another update request or activation, for the rest of the
+    pause; the targets hold (none lost, none failed); after resume every BMC gets exactly one update."""
+    redis.Redis.from_url(settings.REDIS_URL).delete("celery")
+    with SimulatorProcess(bmcs=60, task_seconds=2.0, seed=5) as sim:
+        sim.control.configure(bmc_reset_seconds=0.3)
+        workers = chaos.Workers(settings.REDIS_URL)
+        paused: dict = {}
+        try:
+            workers.start()
+            workers.start()
+            time.sleep(4)
+            fleet, rollout = _start(sim, users, 60, strategy={"waves": [100], "retry": STRATEGY["retry"]})
+
+            def pause_mid_chunk(elapsed: float) -> None:
+                deadline = time.monotonic() + 0.3
+                while not paused and time.monotonic() < deadline:  # the canary done, the wave under way
+                    if (holders := chaos.server_locks_by_worker()) and 1 < (sent := _received(sim, chaos.UPDATE)) < 40:
+                        svc.rollout_pause(rollout=Rollout.objects.get(pk=rollout.pk), actor=users["operator"],
+                                          reason="chaos: paused mid-chunk")
+                        paused.update(at=time.monotonic(), holders=holders, sent=sent)
+                    time.sleep(0.02)
+
+            chaos.tick_until_settled([rollout], timeout=120, during=pause_mid_chunk)
+            assert rollout.state == RolloutState.PAUSED and paused, (rollout.state, paused)
+            time.sleep(max(0.0, paused["at"] + 1.5 - time.monotonic()))  # one state read + a request in flight
+            after_grace = (_received(sim, chaos.UPDATE), _received(sim, chaos.ACTIVATE))
+            end = time.monotonic() + 8
+            while time.monotonic() < end:  # the pause holds: ticks go on, workers keep their chunks
+                engine.rollout_tick()
+                time.sleep(0.3)
+            held = (_received(sim, chaos.UPDATE), _received(sim, chaos.ACTIVATE))
+            states = set(RolloutTarget.objects.filter(rollout=rollout).values_list("state", flat=True))
+            svc.rollout_resume(rollout=Rollout.objects.get(pk=rollout.pk), actor=users["operator"])
+            chaos.tick_until_settled([rollout], timeout=240)
+        finally:
+            workers.stop()
+        assert held == after_grace, f"requests sent during the pause: {after_grace} -> {held}"
+        assert after_grace[0] < 60, "every BMC had its update before the pause took hold: it did not land mid-run"
+        assert TargetState.FAILED not in states
+        counters = chaos.assert_at_most_once(sim, [rollout])
+        assert rollout.state == RolloutState.COMPLETED, rollout.pause_reason
+        processed = [c["processed"].get(chaos.UPDATE, 0) for c in counters["bmcs"].values()]
+        assert processed.count(1) == 60
