@@ -57,14 +57,18 @@ class Workers:
         self.procs: dict[str, subprocess.Popen] = {}
         self.started = 0
 
-    def start(self) -> str:
+    def start(self, *, pool: str = "solo", env: dict[str, str] | None = None, log: Path | None = None) -> str:
+        """A worker; ``--pool solo`` by default (the process that runs a step is the one a kill lands on). The
+        prefork pool (one child) is the one that enforces Celery's time limits; ``log`` keeps its output."""
         self.started += 1
         name = f"chaos-{self.started}"
-        env = {**self.env, "DATABASE_URL": f"{self.url}?application_name={name}"}
+        env = {**self.env, **(env or {}), "DATABASE_URL": f"{self.url}?application_name={name}"}
+        out = log.open("ab") if log is not None else subprocess.DEVNULL
         self.procs[name] = subprocess.Popen(  # noqa: S603 - our own interpreter
-            [sys.executable, "-m", "celery", "-A", "fleet", "worker", "--pool", "solo", "--loglevel", "ERROR",
+            [sys.executable, "-m", "celery", "-A", "fleet", "worker", "--pool", pool, "--concurrency", "1",
+             "--loglevel", "WARNING" if log is not None else "ERROR",
              "-n", f"{name}@%h", "--without-heartbeat", "--without-gossip", "--without-mingle"],
-            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            cwd=ROOT, env=env, stdout=out, stderr=out)
         return name
 
     def alive(self) -> list[str]:

@@ -241,3 +241,39 @@ def test_a_pause_landing_mid_chunk_stops_new_requests_within_one_state_read(user
         assert rollout.state == RolloutState.COMPLETED, rollout.pause_reason
         processed = [c["processed"].get(chaos.UPDATE, 0) for c in counters["bmcs"].values()]
         assert processed.count(1) == 60
+
+
+def test_the_soft_time_limit_firing_inside_an_update_request(users, chaos_settings, tmp_path):
+    """Celery's soft time limit fires while a step waits on a BMC (a prefork worker with a 4 s soft limit and an
+    8 s settle period; one BMC takes 9 s over its update request and processes it then, after its client gave
+    up): the chunk stops there and hands the rest of its targets on; the interrupted request is never sent
+    again, because its settle period counts from when the wait was interrupted, not from when the chunk
+    recorded it (from the record, 8 s would end before the BMC processed it: the BMC would show nothing yet and
+    the update would go out twice). The worker's own log proves the limit fired."""
+    redis.Redis.from_url(settings.REDIS_URL).delete("celery")
+    slow_bmc = "bmc-0006"
+    log = tmp_path / "worker.log"
+    with SimulatorProcess(bmcs=12, task_seconds=0.5, seed=9) as sim:
+        sim.control.configure(bmc_reset_seconds=0.3, faults=[
+            {"kind": "slow", "bmc": slow_bmc, "method": "POST", "path": "/redfish/v1/UpdateService/Actions/*",
+             "seconds": 9}])
+        workers = chaos.Workers(settings.REDIS_URL)
+        try:
+            workers.start(pool="prefork", log=log, env={
+                "CELERY_TASK_SOFT_TIME_LIMIT": "4", "CELERY_TASK_TIME_LIMIT": "30", "FLEET_BMC_TIMEOUT": "20",
+                "FLEET_BMC_SETTLE_SECONDS": "8"})
+            time.sleep(5)
+            fleet, rollout = _start(sim, users, 12, strategy=STRATEGY)
+            chaos.tick_until_settled([rollout], timeout=240)
+        finally:
+            workers.stop()
+        text = log.read_text(errors="replace")
+        assert "Soft time limit (4.0s) exceeded" in text or "Soft time limit (4s) exceeded" in text, text[-3000:]
+        counters = chaos.assert_at_most_once(sim, [rollout])
+        assert counters["bmcs"][slow_bmc]["received"].get(chaos.UPDATE) == 1  # interrupted, never sent again
+        assert counters["bmcs"][slow_bmc]["processed"].get(chaos.UPDATE) == 1
+        target = RolloutTarget.objects.get(rollout=rollout, server__bmc_address=sim.bmc_url(slow_bmc))
+        step = TargetStep.objects.get(target=target, kind="update")
+        assert any("interrupted waiting for the answer (SoftTimeLimitExceeded)" in m for m in step.messages)
+        assert any("settled: found" in m for m in step.messages), step.messages
+        assert rollout.state == RolloutState.COMPLETED, rollout.pause_reason

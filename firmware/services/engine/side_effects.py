@@ -15,7 +15,7 @@ from firmware.services.engine import reconcile
 from firmware.services.engine.context import StepContext, activation_actions
 from firmware.services.engine.locks import is_postgres
 from firmware.services.engine.outcomes import Outcome, fail, later
-from fleet.execution import Trace, Verdict, settle, settle_until
+from fleet.execution import LostLease, Trace, Verdict, settle, settle_until
 
 
 def client_for(target: RolloutTarget) -> Any:
@@ -138,10 +138,14 @@ def staging_step(target: RolloutTarget, ctx: StepContext) -> Outcome:
         TargetStep.objects.filter(pk=step.pk).update(outcome=NOT_SENT)
         return later(target, 5, last_error="held: the rollout is no longer running")
     ctx.claims.check(target)  # fenced: past our lease, or the row taken over -> LostLease, nothing sent
+    mark_sending(step)
     try:
         accepted = client.update(image_uri=item["image"], targets=item["targets"], method=item["method"],
                                  stage=True, image=image_bytes(item))
     except BmcError as exc:
+        mark_unanswered(step, exc)
+        raise
+    except BaseException as exc:  # interrupted waiting for the answer (the soft time limit, a signal)
         mark_unanswered(step, exc)
         raise
     sent = {"bmc_task_uri": accepted.task_uri, "response_status": accepted.status, "outcome": "sent"}
@@ -185,12 +189,22 @@ def note(step: TargetStep, message: str) -> None:
         TargetStep.objects.filter(pk=step.pk).update(messages=step.messages)
 
 
-def mark_unanswered(step: TargetStep, exc: BmcError) -> None:
+def mark_sending(step: TargetStep) -> None:
+    """The settle period of a request that is never answered counts from when it left, not from when the chunk
+    recorded it (a chunk records its targets' requests at once, then sends them one by one for up to half the
+    soft time limit): stamped just before the send. A worker killed while waiting leaves this stamp."""
+    step.requested_at = timezone.now()
+    TargetStep.objects.filter(pk=step.pk).update(requested_at=step.requested_at)
+
+
+def mark_unanswered(step: TargetStep, exc: BaseException) -> None:
     """A request that failed: NOT_SENT when the BMC did not process it (refused, 503), AMBIGUOUS when it may have
-    (the answer was lost: settle, then reconcile). The settle period counts from now."""
-    outcome = AMBIGUOUS if exc.ambiguous else NOT_SENT
+    (the answer was lost, or the wait for it was interrupted by the soft time limit: settle, then reconcile).
+    The settle period counts from now: a BMC may still be working on a request its client gave up on."""
+    outcome = AMBIGUOUS if getattr(exc, "ambiguous", True) else NOT_SENT
     step.outcome, step.requested_at = outcome, timezone.now()
-    step.messages = [*step.messages, f"{timezone.now():%H:%M:%S} {outcome}: {exc}"[:300]][-20:]
+    why = exc if isinstance(exc, BmcError) else f"interrupted waiting for the answer ({type(exc).__name__})"
+    step.messages = [*step.messages, f"{timezone.now():%H:%M:%S} {outcome}: {why}"[:300]][-20:]
     TargetStep.objects.filter(pk=step.pk).update(outcome=outcome, requested_at=step.requested_at,
                                                  messages=step.messages)
 
@@ -235,8 +249,11 @@ def activating_step(target: RolloutTarget, ctx: StepContext) -> Outcome:
             if kind:  # evidence first: what the BMC says its last reset was, just before this one
                 note(step, reconcile.EVIDENCE + reconcile.last_reset(client, kind))
                 ctx.claims.check(target)
+            mark_sending(step)
             status = send_action(client, action, work)
-        except BmcError as exc:
+        except LostLease:
+            raise  # fenced before the send: nothing sent, the step is another worker's now
+        except BaseException as exc:  # a BMC error, or interrupted (the soft time limit, a signal)
             mark_unanswered(step, exc)
             raise
         TargetStep.objects.filter(pk=step.pk).update(response_status=status, outcome="sent",
