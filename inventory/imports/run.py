@@ -155,7 +155,7 @@ class Import(ImportWrite):
             self.error(plan.record, "serial", f"names the same GPU ({gpu.identity}) as line {claimed[gpu.pk]}")
             return
         claimed[gpu.pk] = plan.record.line
-        plan.gpu = gpu
+        plan.gpu, plan.gpu_id = gpu, gpu.pk
 
     # --- planning ------------------------------------------------------------------------------
 
