@@ -336,7 +336,7 @@ def import_cases(args: argparse.Namespace, tag: str) -> dict[str, float]:
     say(f"\nImports via inventory.imports.gpus_import (new GPUs on new hosts; targets XML >= "
         f"{TARGETS['xml_gpus_per_s']:.0f}/s, CSV >= {TARGETS['csv_gpus_per_s']:.0f}/s; CPU per GPU is this process's "
         "plus its PostgreSQL backend's, steadier than wall time under other load)")
-    rng = random.Random(2026)
+    rng = random.Random(2026 + int(tag or 0))  # new UUIDs too
     offset = int(tag or 0) * 10_000_000  # serial bases are 1e9 apart: room for 100 tagged runs
     xml_gpus = import_gpus(rng, args.xml_hosts, f"benchx{tag}", 1_653_000_000_000 + offset)
     template = xml_template()

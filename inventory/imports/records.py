@@ -4,6 +4,7 @@ helpers that compare and describe values (:mod:`inventory.imports.run` and :mod:
 from __future__ import annotations
 
 import datetime as dt
+import os
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -21,6 +22,8 @@ LAST_SEEN_RESOLUTION = dt.timedelta(minutes=15)
 CHUNK = 5000  # values per IN (...) list
 ONE_QUERY_VALUES = 30_000  # PostgreSQL takes at most 65,535 parameters per query
 BATCH = 2000
+# Threads parsing the files of one import (``gpus_import_many``): the machine's cores, at most 4.
+PARSE_THREADS = min(4, os.cpu_count() or 1)
 HOSTNAME = re.compile(r"^[a-z0-9](?:[a-z0-9._\-]{0,251}[a-z0-9])?$")
 DENORMALISED = {FW_VBIOS: "vbios_version", FW_INFOROM_IMAGE: "inforom_image", FW_DRIVER: "driver_version"}
 MAX_LEN = {"serial_raw": 64, "uuid_raw": 64, "board_part_number": 64, "asset_tag": 64, "product_name": 100,
