@@ -72,6 +72,7 @@ class GpuRecord:
     module_id: int | None = None
     firmware: dict[str, str] = field(default_factory=dict)
     source: str | None = None  # the file it came from, when several files are imported together
+    fmt: str | None = None  # that file's format (a batch may mix them)
 
     @property
     def serial_masked(self) -> bool:

@@ -95,7 +95,7 @@ def gpus_import_many(*, files: Sequence[ImportFile], fmt: str = "auto", actor: A
         result.notices.extend(parsed.notices)
         for record in parsed.records:
             record.hostname = record.hostname or hint or None
-            record.source = file.filename
+            record.source, record.fmt = file.filename, parsed.fmt
         records.extend(parsed.records)
     result.fmt = "+".join(sorted(formats)) or fmt
     if result.errors or not files:

@@ -211,10 +211,11 @@ class ImportWrite:
         stale = self.now - LAST_SEEN_RESOLUTION
         new: list[tuple[int, str, str, str, dt.datetime, dt.datetime]] = []
         again: list[int] = []
-        now, source = self.now, self.fmt
+        now = self.now
         for plan in self.plans:
             pk = plan.gpu_id
             assert pk is not None  # every plan has its GPU's id once the new ones are created
+            source = plan.record.fmt or self.fmt  # the record's own file format ("csv+nvidia-smi-xml" is none)
             if plan.action == CREATE:  # nothing seen yet
                 new.extend((pk, component, version, source, now, now)
                            for component, version in plan.record.firmware.items())
