@@ -279,58 +279,6 @@ def raw_copy_rate(gpus: list[dict], repeats: int = 5) -> float:
 
 # --- main ------------------------------------------------------------------------------------------------
 
-def list_cases(args: argparse.Namespace) -> dict[str, Case]:
-    """The list pages and lookups, each ``--requests`` times; a case that misses its target is diagnosed."""
-    from django.contrib.auth import get_user_model
-    from django.test import Client
-
-    from fleet.roles import VIEWER, user_set_role
-    from inventory.models import Gpu, GpuModel, Site
-
-    user = get_user_model().objects.filter(username="bench-viewer").first()
-    if user is None:
-        user = get_user_model().objects.create_user(username="bench-viewer", password=None)
-        user_set_role(user, VIEWER)
-    client = Client()
-    client.force_login(user)
-
-    ids = list(Gpu.objects.order_by("id").values_list("id", flat=True))
-    deep_after = ids[min(len(ids) - 1, 89_999)]
-    site = Site.objects.order_by("code").values_list("code", flat=True).first()
-    sku = GpuModel.objects.filter(name="NVIDIA H100 80GB HBM3").values_list("sku", flat=True).first()
-    filtered = {"site": site, "state": "in_service", "model": sku}
-    filtered_ids = list(Gpu.objects.filter(site__code=site, state="in_service", model__sku=sku)
-                        .order_by("id").values_list("id", flat=True))
-    filtered_after = filtered_ids[int(len(filtered_ids) * 0.9)]
-    serials = list(Gpu.objects.exclude(serial__isnull=True).order_by("id").values_list("serial", flat=True))[::487][:200]
-    cursor = base64.b64encode(urlencode({"p": str(deep_after)}).encode()).decode()
-    lt, at = TARGETS["list_p95_ms"], TARGETS["api_p95_ms"]
-    say(f"\nList pages ({args.requests} requests each; deep = after GPU #{deep_after}, the 90,000th; filtered = "
-        f"{urlencode(filtered)}, {len(filtered_ids):,} GPUs)")
-    cases = {
-        "list_first": Case("HTML /gpus/ first page", ["/gpus/"], lt),
-        "list_deep": Case("HTML /gpus/ after the 90,000th", [f"/gpus/?after={deep_after}"], lt),
-        "list_filtered_first": Case("HTML filtered, first page", [f"/gpus/?{urlencode(filtered)}"], lt),
-        "list_filtered_deep": Case("HTML filtered, deep page",
-                                   [f"/gpus/?{urlencode({**filtered, 'after': filtered_after})}"], lt),
-        "api_first": Case("API /api/v1/gpus/ first page", ["/api/v1/gpus/"], at),
-        "api_deep": Case("API deep cursor page", [f"/api/v1/gpus/?cursor={cursor}"], at),
-        "api_filtered": Case("API filtered, first page", [f"/api/v1/gpus/?{urlencode(filtered)}"], at),
-        "serial_html": Case("HTML lookup by serial (?q=)", [f"/gpus/?q={s}" for s in serials], lt),
-        "serial_api": Case("API lookup by serial (?q=)", [f"/api/v1/gpus/?q={s}" for s in serials], at),
-    }
-    # The server freezes what it loaded at start-up (fleet/wsgi.py); do the same with what this process
-    # loaded so far (Django, the seed, the id lists above) so GC passes time only what a request allocates.
-    gc.collect()
-    gc.freeze()
-    for case in cases.values():
-        run_case(client, case, args.requests)
-    for case in cases.values():
-        if case.p95 > case.target:
-            diagnose(client, case)
-    return cases
-
-
 def import_cases(args: argparse.Namespace, tag: str) -> dict[str, float]:
     """The import rates (new GPUs on new hosts; ``tag`` makes hostnames and serials new on a reused database)."""
     say(f"\nImports via inventory.imports.gpus_import (new GPUs on new hosts; targets XML >= "
@@ -379,6 +327,15 @@ def import_cases(args: argparse.Namespace, tag: str) -> dict[str, float]:
             "raw_copy_rows_per_s": round(copy_rate)}
 
 
+def import_tag() -> str:
+    """"" on a new database; on a reused one a number that gives this run's imports new hostnames, serials and
+    UUIDs (the previous runs' GPUs are still there)."""
+    from inventory.models import Server
+
+    runs = Server.objects.filter(hostname__startswith="benchb", hostname__endswith="-n0001").count()
+    return str(runs) if runs else ""
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--gpus", type=int, default=100_000)
@@ -386,8 +343,8 @@ def main() -> None:
     parser.add_argument("--xml-hosts", type=int, default=250, help="XML files of 8 GPUs each (default 250)")
     parser.add_argument("--csv-hosts", type=int, default=625, help="hosts of 8 GPUs in the CSV (default 625)")
     parser.add_argument("--reuse", action="store_true", help="keep the bench database if it holds --gpus GPUs")
-    parser.add_argument("--only", choices=("all", "lists", "imports"), default="all",
-                        help="run only the list cases or only the import cases (default all)")
+    parser.add_argument("--only", choices=("all", "imports"), default="all",
+                        help="run only the import cases (with --reuse: a seeded database, new hosts each run)")
     args = parser.parse_args()
 
     url = bench_database_url(os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/fleet_bench"),
@@ -411,8 +368,13 @@ def main() -> None:
     if not reuse:
         recreate_database(url)
     django.setup()
+    from django.contrib.auth import get_user_model
     from django.core.management import call_command
     from django.db import connection
+    from django.test import Client
+
+    from fleet.roles import VIEWER, user_set_role
+    from inventory.models import Gpu, GpuModel, Site
 
     seed_s = 0.0
     if not reuse:
@@ -426,28 +388,67 @@ def main() -> None:
             cur.execute("VACUUM ANALYZE")
     else:
         say("reusing the seeded database (--reuse)")
+    if args.only == "imports":
+        import_figures = import_cases(args, import_tag())
+        say(f"end: {loadavg()}")
+        say(json.dumps(import_figures))
+        return
 
-    figures: dict[str, float] = {}
-    if args.only in ("all", "lists"):
-        cases = list_cases(args)
+    user = get_user_model().objects.filter(username="bench-viewer").first()
+    if user is None:
+        user = get_user_model().objects.create_user(username="bench-viewer", password=None)
+        user_set_role(user, VIEWER)
+    client = Client()
+    client.force_login(user)
 
-        def worst(*names: str) -> float:
-            return round(max(cases[n].p95 for n in names), 1)
+    ids = list(Gpu.objects.order_by("id").values_list("id", flat=True))
+    deep_after = ids[min(len(ids) - 1, 89_999)]
+    site = Site.objects.order_by("code").values_list("code", flat=True).first()
+    sku = GpuModel.objects.filter(name="NVIDIA H100 80GB HBM3").values_list("sku", flat=True).first()
+    filtered = {"site": site, "state": "in_service", "model": sku}
+    filtered_ids = list(Gpu.objects.filter(site__code=site, state="in_service", model__sku=sku)
+                        .order_by("id").values_list("id", flat=True))
+    filtered_after = filtered_ids[int(len(filtered_ids) * 0.9)]
+    serials = list(Gpu.objects.exclude(serial__isnull=True).order_by("id").values_list("serial", flat=True))[::487][:200]
+    cursor = base64.b64encode(urlencode({"p": str(deep_after)}).encode()).decode()
+    lt, at = TARGETS["list_p95_ms"], TARGETS["api_p95_ms"]
+    say(f"\nList pages ({args.requests} requests each; deep = after GPU #{deep_after}, the 90,000th; filtered = "
+        f"{urlencode(filtered)}, {len(filtered_ids):,} GPUs)")
+    cases = {
+        "list_first": Case("HTML /gpus/ first page", ["/gpus/"], lt),
+        "list_deep": Case("HTML /gpus/ after the 90,000th", [f"/gpus/?after={deep_after}"], lt),
+        "list_filtered_first": Case("HTML filtered, first page", [f"/gpus/?{urlencode(filtered)}"], lt),
+        "list_filtered_deep": Case("HTML filtered, deep page",
+                                   [f"/gpus/?{urlencode({**filtered, 'after': filtered_after})}"], lt),
+        "api_first": Case("API /api/v1/gpus/ first page", ["/api/v1/gpus/"], at),
+        "api_deep": Case("API deep cursor page", [f"/api/v1/gpus/?cursor={cursor}"], at),
+        "api_filtered": Case("API filtered, first page", [f"/api/v1/gpus/?{urlencode(filtered)}"], at),
+        "serial_html": Case("HTML lookup by serial (?q=)", [f"/gpus/?q={s}" for s in serials], lt),
+        "serial_api": Case("API lookup by serial (?q=)", [f"/api/v1/gpus/?q={s}" for s in serials], at),
+    }
+    # The server freezes what it loaded at start-up (fleet/wsgi.py); do the same with what this process
+    # loaded so far (Django, the seed, the id lists above) so GC passes time only what a request allocates.
+    gc.collect()
+    gc.freeze()
+    for case in cases.values():
+        run_case(client, case, args.requests)
+    for case in cases.values():
+        if case.p95 > case.target:
+            diagnose(client, case)
 
-        figures.update({
-            "list_p95_ms_first": worst("list_first"),
-            "list_p95_ms_deep": worst("list_deep"),
-            "list_p95_ms_filtered": worst("list_filtered_first", "list_filtered_deep"),
-            "api_p95_ms": worst("api_first", "api_deep"),
-            "serial_lookup_p95_ms": worst("serial_html"),
-        })
-    if args.only in ("all", "imports"):
-        # On a reused database the previous run's GPUs are there: a new tag gives new hosts and serials.
-        from inventory.models import Server
+    import_figures = import_cases(args, import_tag())
 
-        runs = Server.objects.filter(hostname__startswith="benchb", hostname__endswith="-n0001").count()
-        tag = str(runs) if runs else ""
-        figures.update(import_cases(args, tag))
+    def worst(*names: str) -> float:
+        return round(max(cases[n].p95 for n in names), 1)
+
+    figures: dict[str, float] = {
+        "list_p95_ms_first": worst("list_first"),
+        "list_p95_ms_deep": worst("list_deep"),
+        "list_p95_ms_filtered": worst("list_filtered_first", "list_filtered_deep"),
+        "api_p95_ms": worst("api_first", "api_deep"),
+        "serial_lookup_p95_ms": worst("serial_html"),
+        **import_figures,
+    }
     if seed_s:
         say(f"\nseed: {seed_s:.1f} s for {args.gpus:,} GPUs")
     say(f"end: {loadavg()}")
