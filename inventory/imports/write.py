@@ -4,6 +4,7 @@ what the plan decided goes to the database in bulk, with its audit events, moves
 from __future__ import annotations
 
 import datetime as dt
+from itertools import chain
 from typing import Any
 
 from django.contrib.contenttypes.models import ContentType
@@ -11,11 +12,11 @@ from django.db import connection
 
 from fleet import bulk
 from fleet.audit import (
+    AUDIT_ROW_FIELDS,
     actor_fields,
     audit_event,
     audit_row_maker,
     audit_rows_write,
-    audit_write_many,
     diff,
     snapshot,
 )
@@ -62,7 +63,7 @@ class ImportWrite:
     def apply(self) -> None:
         events: list[AuditEvent] = []
         moves: list[GpuMove] = []
-        self._create_servers()
+        server_events = self._create_servers()
         self._create_models(events)
         gpu_type = ContentType.objects.get_for_model(Gpu)
         name = actor_fields(self.actor)["actor_name"]
@@ -136,8 +137,9 @@ class ImportWrite:
                                      "to_server_id", "to_pci_bus_id", "to_module_id", "actor_name", "reason", "at"),
                            installs)
         bulk.insert(GpuMove, moves)
-        audit_write_many(events)
-        audit_rows_write(created_events)
+        # The whole audit trail in one COPY, in the order it happened: servers, models, moves and updates, new GPUs.
+        audit_rows_write(chain(server_events, (tuple(getattr(event, name) for name in AUDIT_ROW_FIELDS)
+                                               for event in events), created_events))
         self._summarise()
 
     @staticmethod
@@ -151,19 +153,20 @@ class ImportWrite:
         Gpu.objects.bulk_create(gpus, batch_size=BATCH)
         return [GPU_ROW(vars(gpu)) for gpu in gpus]
 
-    def _create_servers(self) -> None:
+    def _create_servers(self) -> list[tuple]:
+        """Create the servers the files name and Fleet does not know; returns their audit rows."""
         new = [Server(hostname=host) for host in sorted({p.host for p in self.plans if p.host} - set(self.servers))]
         self.result.servers_created = [s.hostname for s in new]
         if not new:
-            return
+            return []
         bulk.insert(Server, new, need_pk=True)
+        self.servers.update((server.hostname, server) for server in new)
         # Every new server is the same but for its id and hostname: one snapshot, then those two.
         template = diff({}, snapshot(new[0]))
         make = audit_row_maker(actor=self.actor, action=AuditAction.CREATE, message=self.reason, at=self.now,
                                content_type=ContentType.objects.get_for_model(Server))
-        audit_rows_write(make(server, {**template, "id": [None, server.pk], "hostname": [None, server.hostname]})
-                         for server in new)
-        self.servers.update((server.hostname, server) for server in new)
+        return [make(server, {**template, "id": [None, server.pk], "hostname": [None, server.hostname]})
+                for server in new]
 
     def _create_models(self, events: list[AuditEvent]) -> None:
         taken = {m.sku for m in self.all_models}
