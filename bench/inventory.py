@@ -196,34 +196,66 @@ def csv_file(gpus: list[dict]) -> bytes:
     return ("\n".join(lines) + "\n").encode()
 
 
-def timed_import(files: list[tuple[str, bytes, str]], fmt: str) -> tuple[float, int]:
-    """(seconds, GPUs created) for importing ``files`` of (name, content, server hint), one call each."""
+def backend_cpu_s() -> float:
+    """CPU seconds used so far by this connection's PostgreSQL backend (same machine: /proc), 0 if unreadable."""
+    from django.db import connection
+
+    with connection.cursor() as cur:
+        cur.execute("SELECT pg_backend_pid()")
+        pid = cur.fetchone()[0]
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+
+
+class Timing:
+    """Wall seconds, this process's CPU seconds and the PostgreSQL backend's CPU seconds of one import case."""
+
+    def __enter__(self) -> Timing:
+        self.backend = backend_cpu_s()
+        self.cpu, self.started = time.process_time(), time.perf_counter()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.seconds = time.perf_counter() - self.started
+        self.cpu = time.process_time() - self.cpu
+        self.backend = backend_cpu_s() - self.backend
+
+    def per_gpu(self, gpus: int) -> str:
+        n = max(gpus, 1)
+        return (f"CPU {1000 * self.cpu / n:.3f} ms/GPU here + {1000 * self.backend / n:.3f} ms/GPU PostgreSQL backend"
+                f" = {(self.cpu + self.backend) / n * 1e3:.3f} ms/GPU")
+
+
+def timed_import(files: list[tuple[str, bytes, str]], fmt: str) -> tuple[Timing, int]:
+    """(timing, GPUs created) for importing ``files`` of (name, content, server hint), one call each."""
     from fleet.audit import SystemActor, audit_source
     from fleet.models import AuditSource
     from inventory.imports import gpus_import
 
-    actor, created, started = SystemActor("bench-import"), 0, time.perf_counter()
-    with audit_source(AuditSource.CLI):
+    actor, created = SystemActor("bench-import"), 0
+    with audit_source(AuditSource.CLI), Timing() as timing:
         for name, content, hint in files:
             result = gpus_import(content=content, filename=name, fmt=fmt, server_hint=hint, actor=actor)
             if result.errors:
                 raise SystemExit(f"import of {name} failed: {[e.as_dict() for e in result.errors[:3]]}")
             created += result.created
-    return time.perf_counter() - started, created
+    return timing, created
 
 
-def timed_import_many(files: list[tuple[str, bytes, str]], fmt: str) -> tuple[float, int]:
-    """(seconds, GPUs created) for importing ``files`` together, in one transaction."""
+def timed_import_many(files: list[tuple[str, bytes, str]], fmt: str) -> tuple[Timing, int]:
+    """(timing, GPUs created) for importing ``files`` together, in one transaction."""
     from fleet.audit import SystemActor, audit_source
     from fleet.models import AuditSource
     from inventory.imports import ImportFile, gpus_import_many
 
-    started = time.perf_counter()
-    with audit_source(AuditSource.CLI):
+    with audit_source(AuditSource.CLI), Timing() as timing:
         result = gpus_import_many(files=[ImportFile(*f) for f in files], fmt=fmt, actor=SystemActor("bench-import"))
     if result.errors:
         raise SystemExit(f"batch import failed: {[e.as_dict() for e in result.errors[:3]]}")
-    return time.perf_counter() - started, result.created
+    return timing, result.created
 
 
 def raw_copy_rate(gpus: list[dict], repeats: int = 5) -> float:
@@ -247,6 +279,63 @@ def raw_copy_rate(gpus: list[dict], repeats: int = 5) -> float:
 
 # --- main ------------------------------------------------------------------------------------------------
 
+def import_cases(args: argparse.Namespace, tag: str) -> dict[str, float]:
+    """The import rates (new GPUs on new hosts; ``tag`` makes hostnames and serials new on a reused database)."""
+    say(f"\nImports via inventory.imports.gpus_import (new GPUs on new hosts; targets XML >= "
+        f"{TARGETS['xml_gpus_per_s']:.0f}/s, CSV >= {TARGETS['csv_gpus_per_s']:.0f}/s; CPU per GPU is this process's "
+        "plus its PostgreSQL backend's, steadier than wall time under other load)")
+    rng = random.Random(2026 + int(tag or 0))  # new UUIDs too
+    offset = int(tag or 0) * 10_000_000  # serial bases are 1e9 apart: room for 100 tagged runs
+    xml_gpus = import_gpus(rng, args.xml_hosts, f"benchx{tag}", 1_653_000_000_000 + offset)
+    template = xml_template()
+    xml_files = [(f"{xml_gpus[i]['hostname']}.xml", xml_file(template, xml_gpus[i:i + 8]), str(xml_gpus[i]["hostname"]))
+                 for i in range(0, len(xml_gpus), 8)]
+    timing, created = timed_import(xml_files, "nvidia-smi-xml")
+    size = sum(len(f[1]) for f in xml_files)
+    say(f"  nvidia-smi XML  {created:,} GPUs in {len(xml_files)} files ({size / 1e6:.1f} MB), one import per file: "
+        f"{timing.seconds:.2f} s, {created / timing.seconds:,.0f} GPUs/s; {timing.per_gpu(created)}")
+    batch_gpus = import_gpus(rng, args.xml_hosts, f"benchb{tag}", 1_656_000_000_000 + offset)
+    batch = [(f"{batch_gpus[i]['hostname']}.xml", xml_file(template, batch_gpus[i:i + 8]), str(batch_gpus[i]["hostname"]))
+             for i in range(0, len(batch_gpus), 8)]
+    timing, created = timed_import_many(batch, "nvidia-smi-xml")
+    xml_rate = created / timing.seconds
+    xml_cpu = (timing.cpu + timing.backend) / max(created, 1) * 1000
+    say(f"  nvidia-smi XML  {created:,} GPUs in {len(batch)} files, ONE import of all (import_gpus DIR "
+        f"--server-from-filename): {timing.seconds:.2f} s, {xml_rate:,.0f} GPUs/s "
+        f"({'ok' if xml_rate >= TARGETS['xml_gpus_per_s'] else 'MISSES TARGET'}); {timing.per_gpu(created)}")
+    one = import_gpus(rng, min(args.xml_hosts, 125), f"benchy{tag}", 1_655_000_000_000 + offset)  # 1,000 GPUs: 47 MB
+    big = xml_file(template, one)
+    timing, created = timed_import([("one-file.xml", big, "")], "nvidia-smi-xml")
+    say(f"  nvidia-smi XML  {created:,} GPUs in ONE file, no --server ({len(big) / 1e6:.1f} MB): {timing.seconds:.2f} s, "
+        f"{created / timing.seconds:,.0f} GPUs/s (GPUs land unplaced); {timing.per_gpu(created)}")
+    csv_gpus = import_gpus(rng, args.csv_hosts, f"benchc{tag}", 1_654_000_000_000 + offset)
+    content = csv_file(csv_gpus)
+    timing, created = timed_import([("bench.csv", content, "")], "nvidia-smi-csv")
+    csv_rate = created / timing.seconds
+    csv_cpu = (timing.cpu + timing.backend) / max(created, 1) * 1000
+    say(f"  nvidia-smi CSV  {created:,} GPUs in 1 file ({len(content) / 1e6:.1f} MB): {timing.seconds:.2f} s, "
+        f"{csv_rate:,.0f} GPUs/s ({'ok' if csv_rate >= TARGETS['csv_gpus_per_s'] else 'MISSES TARGET'}); "
+        f"{timing.per_gpu(created)}")
+    timing, _ = timed_import([("bench.csv", content, "")], "nvidia-smi-csv")
+    say(f"  same CSV again (nothing changes, no writes): {timing.seconds:.2f} s, "
+        f"{len(csv_gpus) / timing.seconds:,.0f} GPUs/s; {timing.per_gpu(len(csv_gpus))}")
+    copy_rate = raw_copy_rate(csv_gpus)
+    say(f"  raw COPY of the same {len(csv_gpus):,} rows into a scratch table: {copy_rate:,.0f} rows/s "
+        f"(import costs {copy_rate / csv_rate:,.0f}x a raw COPY)")
+    return {"import_xml_gpus_per_s": round(xml_rate), "import_csv_gpus_per_s": round(csv_rate),
+            "import_xml_cpu_ms_per_gpu": round(xml_cpu, 3), "import_csv_cpu_ms_per_gpu": round(csv_cpu, 3),
+            "raw_copy_rows_per_s": round(copy_rate)}
+
+
+def import_tag() -> str:
+    """"" on a new database; on a reused one a number that gives this run's imports new hostnames, serials and
+    UUIDs (the previous runs' GPUs are still there)."""
+    from inventory.models import Server
+
+    runs = Server.objects.filter(hostname__startswith="benchb", hostname__endswith="-n0001").count()
+    return str(runs) if runs else ""
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--gpus", type=int, default=100_000)
@@ -254,6 +343,8 @@ def main() -> None:
     parser.add_argument("--xml-hosts", type=int, default=250, help="XML files of 8 GPUs each (default 250)")
     parser.add_argument("--csv-hosts", type=int, default=625, help="hosts of 8 GPUs in the CSV (default 625)")
     parser.add_argument("--reuse", action="store_true", help="keep the bench database if it holds --gpus GPUs")
+    parser.add_argument("--only", choices=("all", "imports"), default="all",
+                        help="run only the import cases (with --reuse: a seeded database, new hosts each run)")
     args = parser.parse_args()
 
     url = bench_database_url(os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/fleet_bench"),
@@ -297,6 +388,11 @@ def main() -> None:
             cur.execute("VACUUM ANALYZE")
     else:
         say("reusing the seeded database (--reuse)")
+    if args.only == "imports":
+        import_figures = import_cases(args, import_tag())
+        say(f"end: {loadavg()}")
+        say(json.dumps(import_figures))
+        return
 
     user = get_user_model().objects.filter(username="bench-viewer").first()
     if user is None:
@@ -340,41 +436,7 @@ def main() -> None:
         if case.p95 > case.target:
             diagnose(client, case)
 
-    say(f"\nImports via inventory.imports.gpus_import (new GPUs on new hosts; targets XML >= "
-        f"{TARGETS['xml_gpus_per_s']:.0f}/s, CSV >= {TARGETS['csv_gpus_per_s']:.0f}/s)")
-    rng = random.Random(2026)
-    xml_gpus = import_gpus(rng, args.xml_hosts, "benchx", 1_653_000_000_000)
-    template = xml_template()
-    xml_files = [(f"{xml_gpus[i]['hostname']}.xml", xml_file(template, xml_gpus[i:i + 8]), str(xml_gpus[i]["hostname"]))
-                 for i in range(0, len(xml_gpus), 8)]
-    seconds, created = timed_import(xml_files, "nvidia-smi-xml")
-    size = sum(len(f[1]) for f in xml_files)
-    say(f"  nvidia-smi XML  {created:,} GPUs in {len(xml_files)} files ({size / 1e6:.1f} MB), one import per file: "
-        f"{seconds:.2f} s, {created / seconds:,.0f} GPUs/s")
-    batch_gpus = import_gpus(rng, args.xml_hosts, "benchb", 1_656_000_000_000)
-    batch = [(f"{batch_gpus[i]['hostname']}.xml", xml_file(template, batch_gpus[i:i + 8]), str(batch_gpus[i]["hostname"]))
-             for i in range(0, len(batch_gpus), 8)]
-    seconds, created = timed_import_many(batch, "nvidia-smi-xml")
-    xml_rate = created / seconds
-    say(f"  nvidia-smi XML  {created:,} GPUs in {len(batch)} files, ONE import of all (import_gpus DIR "
-        f"--server-from-filename): {seconds:.2f} s, {xml_rate:,.0f} GPUs/s "
-        f"({'ok' if xml_rate >= TARGETS['xml_gpus_per_s'] else 'MISSES TARGET'})")
-    one = import_gpus(rng, min(args.xml_hosts, 125), "benchy", 1_655_000_000_000)  # 1,000 GPUs: 47 MB, under the 64 MB limit
-    big = xml_file(template, one)
-    seconds, created = timed_import([("one-file.xml", big, "")], "nvidia-smi-xml")
-    say(f"  nvidia-smi XML  {created:,} GPUs in ONE file, no --server ({len(big) / 1e6:.1f} MB): {seconds:.2f} s, "
-        f"{created / seconds:,.0f} GPUs/s (the ceiling without per-file overhead; GPUs land unplaced)")
-    csv_gpus = import_gpus(rng, args.csv_hosts, "benchc", 1_654_000_000_000)
-    content = csv_file(csv_gpus)
-    seconds, created = timed_import([("bench.csv", content, "")], "nvidia-smi-csv")
-    csv_rate = created / seconds
-    say(f"  nvidia-smi CSV  {created:,} GPUs in 1 file ({len(content) / 1e6:.1f} MB): {seconds:.2f} s, "
-        f"{csv_rate:,.0f} GPUs/s ({'ok' if csv_rate >= TARGETS['csv_gpus_per_s'] else 'MISSES TARGET'})")
-    seconds, _ = timed_import([("bench.csv", content, "")], "nvidia-smi-csv")
-    say(f"  same CSV again (nothing changes, no writes): {seconds:.2f} s, {len(csv_gpus) / seconds:,.0f} GPUs/s")
-    copy_rate = raw_copy_rate(csv_gpus)
-    say(f"  raw COPY of the same {len(csv_gpus):,} rows into a scratch table: {copy_rate:,.0f} rows/s "
-        f"(import costs {copy_rate / csv_rate:,.0f}x a raw COPY)")
+    import_figures = import_cases(args, import_tag())
 
     def worst(*names: str) -> float:
         return round(max(cases[n].p95 for n in names), 1)
@@ -385,9 +447,7 @@ def main() -> None:
         "list_p95_ms_filtered": worst("list_filtered_first", "list_filtered_deep"),
         "api_p95_ms": worst("api_first", "api_deep"),
         "serial_lookup_p95_ms": worst("serial_html"),
-        "import_xml_gpus_per_s": round(xml_rate),
-        "import_csv_gpus_per_s": round(csv_rate),
-        "raw_copy_rows_per_s": round(copy_rate),
+        **import_figures,
     }
     if seed_s:
         say(f"\nseed: {seed_s:.1f} s for {args.gpus:,} GPUs")

@@ -21,7 +21,7 @@ from inventory.importers.base import (
     GpuRecord,
     ImportError_,
     ParseResult,
-    decode_utf8,
+    check_utf8,
 )
 from inventory.importers.fleet_csv import FLEET_CSV_COLUMNS, gpu_csv_rows, is_fleet_header, parse_fleet_csv
 from inventory.importers.nvsmi_csv import check_header, parse_nvidia_smi_csv
@@ -51,15 +51,30 @@ def sniff_format(text: str) -> str | None:
     return None
 
 
+# What is decoded of a file to tell XML from CSV (CSV is decoded whole anyway; XML is parsed from the bytes).
+_HEAD_BYTES = 4096
+
+
 def parse(content: bytes, *, filename: str, fmt: str = "auto") -> ParseResult:
-    """Decode (UTF-8 only; a BOM is dropped), detect the format if ``fmt="auto"``, and parse."""
-    content, text, error = decode_utf8(content, filename)
-    if error is not None or text is None:
-        return ParseResult(fmt=fmt, errors=[error] if error else [])
-    if not text.strip():
-        return ParseResult(fmt=fmt, errors=[ImportError_(filename, None, "file", "the file is empty")])
+    """Check the encoding (UTF-8 only; a BOM is dropped), detect the format if ``fmt="auto"``, and parse.
+
+    XML is never decoded into text (a 64 MB file would be copied twice for nothing): the parser reads the bytes.
+    """
+    content, error = check_utf8(content, filename)
+    if error is not None:
+        return ParseResult(fmt=fmt, errors=[error])
+    head = content[:_HEAD_BYTES].decode("utf-8", "ignore")  # may end inside a character: it is cut off
+    text: str | None = None
+    if not head.strip():  # blank so far: the whole file decides
+        text = content.decode("utf-8")
+        if not text.strip():
+            return ParseResult(fmt=fmt, errors=[ImportError_(filename, None, "file", "the file is empty")])
     if fmt == "auto":
-        detected = sniff_format(text)
+        if head.lstrip().startswith("<"):
+            detected: str | None = NVIDIA_SMI_XML
+        else:
+            text = content.decode("utf-8") if text is None else text
+            detected = sniff_format(text)
         if detected is None:
             return ParseResult(fmt=fmt, errors=[ImportError_(
                 filename, 1, "format", "cannot tell the format: not XML, and the first line is neither an "
@@ -67,6 +82,7 @@ def parse(content: bytes, *, filename: str, fmt: str = "auto") -> ParseResult:
         fmt = detected
     if fmt == NVIDIA_SMI_XML:
         return parse_nvidia_smi_xml(content, filename=filename)
+    text = content.decode("utf-8") if text is None else text
     if fmt == NVIDIA_SMI_CSV:
         return parse_nvidia_smi_csv(text, filename=filename)
     if fmt == FLEET_CSV:

@@ -72,6 +72,7 @@ class GpuRecord:
     module_id: int | None = None
     firmware: dict[str, str] = field(default_factory=dict)
     source: str | None = None  # the file it came from, when several files are imported together
+    fmt: str | None = None  # that file's format (a batch may mix them)
 
     @property
     def serial_masked(self) -> bool:
@@ -142,16 +143,25 @@ _UTF16_32_BOMS = (codecs.BOM_UTF32_LE, codecs.BOM_UTF32_BE, codecs.BOM_UTF16_LE,
 
 def decode_utf8(content: bytes, filename: str) -> tuple[bytes, str | None, ImportError_ | None]:
     """Check the file is UTF-8 (a UTF-8 BOM is dropped). Returns (bytes without BOM, text, error)."""
+    content, error = check_utf8(content, filename)
+    return content, None if error is not None else content.decode("utf-8"), error
+
+
+def check_utf8(content: bytes, filename: str) -> tuple[bytes, ImportError_ | None]:
+    """:func:`decode_utf8` without making the text (XML is parsed from the bytes): (bytes without BOM, error).
+    ASCII, which is what nvidia-smi writes, is recognised without decoding."""
     if content.startswith(codecs.BOM_UTF8):
         content = content[len(codecs.BOM_UTF8):]
     if content.startswith(_UTF16_32_BOMS) or b"\x00" in content[:4096]:
-        return content, None, ImportError_(filename, 1, "encoding", "the file is UTF-16 or UTF-32, not UTF-8; "
-                                           "save it as UTF-8 (PowerShell: use Out-File -Encoding utf8)")
+        return content, ImportError_(filename, 1, "encoding", "the file is UTF-16 or UTF-32, not UTF-8; "
+                                     "save it as UTF-8 (PowerShell: use Out-File -Encoding utf8)")
+    if content.isascii():
+        return content, None
     try:
-        return content, content.decode("utf-8"), None
+        content.decode("utf-8")
     except UnicodeDecodeError as exc:
         line = content.count(b"\n", 0, exc.start) + 1
         byte = content[exc.start]
-        return content, None, ImportError_(filename, line, "encoding",
-                                           f"byte 0x{byte:02X} is not UTF-8 (Latin-1 or Windows-1252 text?); "
-                                           "save the file as UTF-8")
+        return content, ImportError_(filename, line, "encoding", f"byte 0x{byte:02X} is not UTF-8 (Latin-1 or "
+                                     "Windows-1252 text?); save the file as UTF-8")
+    return content, None

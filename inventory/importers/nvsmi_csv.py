@@ -14,6 +14,7 @@ from __future__ import annotations
 import csv
 import io
 import re
+from typing import Any
 
 from inventory.identity import normalize_pci_bus_id
 from inventory.importers.base import (
@@ -109,27 +110,25 @@ def ignored_notice(header: list[str], names: list[str], used: set[str]) -> str |
             + (f" (not in the fields Fleet knows, from a newer driver?: {', '.join(new)})" if new else ""))
 
 
-def _set(record: GpuRecord, attr: str, raw: str, column: str) -> None:
-    if attr in _FIRMWARE:
-        if (version := clean(raw)) is not None:
-            record.firmware[attr] = version
-    elif attr == "serial":
-        record.set_serial(clean(raw))
-    elif attr == "uuid":
-        record.set_uuid(clean(raw))
-    elif attr == "pci_bus_id":
+def _convert(attr: str, raw: str, column: str) -> Any:
+    """A cell of the column that holds ``attr`` as the value GpuRecord keeps; RecordError when it is malformed."""
+    if attr == "pci_bus_id":
         try:
-            record.pci_bus_id = normalize_pci_bus_id(clean(raw)) or None
+            return normalize_pci_bus_id(clean(raw)) or None
         except ValueError as exc:
             raise RecordError(column, str(exc)) from None
-    elif attr == "memory_mib":
-        record.memory_mib = parse_int(raw, column, maximum=2**31 - 1)
-    elif attr in ("minor_number", "module_id"):
-        setattr(record, attr, parse_int(raw, column))
-    elif attr == "hostname":
-        record.hostname = (clean(raw) or "").lower() or None
-    else:
-        setattr(record, attr, clean(raw))
+    if attr == "memory_mib":
+        return parse_int(raw, column, maximum=2**31 - 1)
+    if attr in ("minor_number", "module_id"):
+        return parse_int(raw, column)
+    if attr == "hostname":
+        return (clean(raw) or "").lower() or None
+    return clean(raw)
+
+
+_UNSEEN = object()
+# Columns whose values differ on every row: converting them through a cache would only fill it.
+_UNIQUE = frozenset({"serial", "uuid"})
 
 
 def parse_nvidia_smi_csv(text: str, *, filename: str) -> ParseResult:
@@ -156,24 +155,42 @@ def parse_nvidia_smi_csv(text: str, *, filename: str) -> ParseResult:
         result.notices.append(ImportError_(filename, 1, "header", notice))
     fields = {MAPPED[name]: header[i].strip() for i, name in enumerate(names) if name in MAPPED}
     fields.setdefault("hostname", "server")
-    columns = [(i, MAPPED[name]) for i, name in enumerate(names) if name in MAPPED]
+    # (index, attribute, column name, cache of converted cells): model names, versions, bus ids and hostnames
+    # repeat row after row, so each distinct cell is converted once per file.
+    columns = [(i, MAPPED[name], fields[MAPPED[name]], None if MAPPED[name] in _UNIQUE else {})
+               for i, name in enumerate(names) if name in MAPPED]
+    width = len(names)
     for row in reader:
         line = reader.line_num
         if not row or (len(row) == 1 and not row[0].strip()):
             continue
-        if len(row) != len(names):
-            result.errors.append(ImportError_(filename, line, "row", f"{len(row)} values for {len(names)} columns"))
+        if len(row) != width:
+            result.errors.append(ImportError_(filename, line, "row", f"{len(row)} values for {width} columns"))
             continue
         record = GpuRecord(line=line, fields=fields)
-        problems = len(result.errors)
-        for index, attr in columns:
+        good = True
+        for index, attr, column, cache in columns:
+            raw = row[index]
             try:
-                _set(record, attr, row[index], fields[attr])
+                if cache is None:
+                    value = _convert(attr, raw, column)
+                elif (value := cache.get(raw, _UNSEEN)) is _UNSEEN:
+                    value = cache[raw] = _convert(attr, raw, column)
             except RecordError as exc:
                 result.errors.append(ImportError_(filename, line, exc.field, exc.message))
-        if len(result.errors) > problems:
-            continue
-        result.records.append(record)
+                good = False
+                continue
+            if attr in _FIRMWARE:
+                if value is not None:
+                    record.firmware[attr] = value
+            elif attr == "serial":
+                record.set_serial(value)
+            elif attr == "uuid":
+                record.set_uuid(value)
+            else:
+                setattr(record, attr, value)
+        if good:
+            result.records.append(record)
     if not result.records and not result.errors:
         result.errors.append(ImportError_(filename, None, "row", "the file holds a header but no GPU"))
     return result

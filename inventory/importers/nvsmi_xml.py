@@ -54,14 +54,27 @@ _FIELD_NAMES = {
 }
 _INFOROM = (("img_version", FW_INFOROM_IMAGE), ("oem_object", FW_INFOROM_OEM), ("ecc_object", FW_INFOROM_ECC),
             ("pwr_object", FW_INFOROM_PWR))
+_INFOROM_TAGS = tuple(tag for tag, _component in _INFOROM)
 _ZERO_PART = re.compile(r"^[0\-]+$")  # a10g's masked ``000-00000-0000-000``
+
+# The children of <gpu> that are read (a v13 <gpu> has about 100): lxml's tag matcher picks them in C, so
+# no Python object is made for the others.
+_WANTED = ("serial", "uuid", "product_name", "product_architecture", "board_part_number", "gpu_part_number",
+           "fb_memory_usage", "minor_number", "gpu_module_id", "platformInfo", "pci", "vbios_version",
+           "inforom_version", "gsp_firmware_version")
+
 
 def _text(element: etree._Element | None) -> str | None:
     return None if element is None else clean(element.text)
 
 
+def _child(element: etree._Element | None, tag: str) -> etree._Element | None:
+    """The first child ``tag`` of ``element`` (``element.find(tag)`` without the path machinery)."""
+    return None if element is None else next(element.iterchildren(tag), None)
+
+
 def _record(gpu: etree._Element, driver: str | None, filename: str, errors: list[ImportError_]) -> GpuRecord:
-    children = {child.tag: child for child in gpu if isinstance(child.tag, str)}
+    children = {child.tag: child for child in gpu.iterchildren(*_WANTED)}
     legacy = "board_part_number" not in children  # <= 515: gpu_part_number holds the board part number
     record = GpuRecord(line=gpu.sourceline or 0, fields=_FIELD_NAMES[legacy, "gpu_module_id" in children])
     record.set_serial(_text(children.get("serial")))
@@ -71,16 +84,14 @@ def _record(gpu: etree._Element, driver: str | None, filename: str, errors: list
     part = _text(children.get("gpu_part_number" if legacy else "board_part_number"))
     record.board_part_number = None if part is None or _ZERO_PART.match(part) else part
     try:
-        fb = children.get("fb_memory_usage")
-        record.memory_mib = parse_int(_text(fb.find("total")) if fb is not None else None, FIELDS["memory_mib"],
+        record.memory_mib = parse_int(_text(_child(children.get("fb_memory_usage"), "total")), FIELDS["memory_mib"],
                                       maximum=2**31 - 1)
         record.minor_number = parse_int(_text(children.get("minor_number")), FIELDS["minor_number"])
         if "gpu_module_id" in children:
             record.module_id = parse_int(_text(children["gpu_module_id"]), "gpu_module_id")
         elif (platform := children.get("platformInfo")) is not None:
-            record.module_id = parse_int(_text(platform.find("module_id")), FIELDS["module_id"])
-        pci = children.get("pci")
-        bus = _text(pci.find("pci_bus_id")) if pci is not None else None
+            record.module_id = parse_int(_text(_child(platform, "module_id")), FIELDS["module_id"])
+        bus = _text(_child(children.get("pci"), "pci_bus_id"))
         try:
             record.pci_bus_id = normalize_pci_bus_id(bus or gpu.get("id")) or None
         except ValueError as exc:
@@ -91,8 +102,9 @@ def _record(gpu: etree._Element, driver: str | None, filename: str, errors: list
     if (vbios := _text(children.get("vbios_version"))) is not None:
         firmware[FW_VBIOS] = vbios
     if (inforom := children.get("inforom_version")) is not None:
+        versions = {child.tag: child for child in reversed(list(inforom.iterchildren(*_INFOROM_TAGS)))}
         for tag, component in _INFOROM:
-            if (version := _text(inforom.find(tag))) is not None:
+            if (version := _text(versions.get(tag))) is not None:
                 firmware[component] = version
     if (gsp := _text(children.get("gsp_firmware_version"))) is not None:
         firmware[FW_GSP] = gsp

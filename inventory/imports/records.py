@@ -4,9 +4,11 @@ helpers that compare and describe values (:mod:`inventory.imports.run` and :mod:
 from __future__ import annotations
 
 import datetime as dt
+import os
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Any, NamedTuple
 
 from inventory.importers.base import FW_DRIVER, FW_INFOROM_IMAGE, FW_VBIOS, GpuRecord, ImportError_
@@ -20,12 +22,18 @@ LAST_SEEN_RESOLUTION = dt.timedelta(minutes=15)
 CHUNK = 5000  # values per IN (...) list
 ONE_QUERY_VALUES = 30_000  # PostgreSQL takes at most 65,535 parameters per query
 BATCH = 2000
+# Threads parsing the files of one import (``gpus_import_many``): the machine's cores, at most 4.
+PARSE_THREADS = min(4, os.cpu_count() or 1)
 HOSTNAME = re.compile(r"^[a-z0-9](?:[a-z0-9._\-]{0,251}[a-z0-9])?$")
 DENORMALISED = {FW_VBIOS: "vbios_version", FW_INFOROM_IMAGE: "inforom_image", FW_DRIVER: "driver_version"}
 MAX_LEN = {"serial_raw": 64, "uuid_raw": 64, "board_part_number": 64, "asset_tag": 64, "product_name": 100,
            "architecture": 40}
 PLACEMENT = ("server", "site", "row", "rack", "pci_bus_id", "module_id")
 GPU_ATTNAMES = tuple(f.attname for f in Gpu._meta.concrete_fields)
+# A new GPU's column values before the import fills them in: what ``Gpu()`` holds (field defaults).
+GPU_DEFAULTS = {f.attname: f.get_default() for f in Gpu._meta.concrete_fields}
+GPU_ROW = itemgetter(*GPU_ATTNAMES)  # a dict of column values -> the row tuple
+GPU_COLUMN = {attname: index for index, attname in enumerate(GPU_ATTNAMES)}
 
 
 @dataclass
@@ -93,11 +101,12 @@ def same_value(old: Any, new: Any) -> bool:
     return old == new
 
 
-@dataclass
+@dataclass(slots=True)
 class Plan:
     record: GpuRecord
     host: str | None  # the server the file puts the GPU in; None: keep its placement
-    gpu: Gpu | None = None
+    gpu: Gpu | None = None  # the GPU Fleet has (None for a new one: new GPUs are written as plain rows)
+    gpu_id: int | None = None  # its id, or the id the new GPU gets
     action: str = UNCHANGED
     model_key: str | None = None
     state: str = ""
@@ -107,14 +116,26 @@ class Plan:
 
 
 
-def created_changes(gpu: Gpu) -> dict[str, list[Any]]:
-    """The audit changes of a new GPU: what ``gpu_create`` writes (its non-empty snapshot), built faster."""
-    changes: dict[str, list[Any]] = {}
-    for attname in GPU_ATTNAMES:
-        value = getattr(gpu, attname)
-        if value is not None and value != "":
-            changes[attname] = [None, value.isoformat() if isinstance(value, dt.date) else value]
-    return changes
+class NewRow(NamedTuple):
+    """What :func:`fleet.audit.audit_row_maker` reads of a row written without a model instance."""
+
+    pk: int
+    name: str
+
+    def __str__(self) -> str:
+        return self.name
+
+
+def gpu_name(*, pk: int, serial: str | None, uuid: str | None, serial_raw: str) -> str:
+    """``str(gpu)`` (``Gpu.__str__``) of a GPU held as a row: the audit event's ``object_repr``."""
+    return serial or uuid or serial_raw or f"GPU #{pk}"
+
+
+def created_changes(row: tuple) -> dict[str, list[Any]]:
+    """The audit changes of a new GPU (``row`` in :data:`GPU_ATTNAMES` order): what ``gpu_create`` writes,
+    its non-empty snapshot, built from the row."""
+    return {attname: [None, value.isoformat() if isinstance(value, dt.date) else value]
+            for attname, value in zip(GPU_ATTNAMES, row, strict=True) if value is not None and value != ""}
 
 
 def moved_changes(before: tuple[str | None, str, int | None], after: tuple[str | None, str, int | None]) -> dict[str, list]:

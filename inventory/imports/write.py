@@ -4,17 +4,19 @@ what the plan decided goes to the database in bulk, with its audit events, moves
 from __future__ import annotations
 
 import datetime as dt
+from itertools import chain
 from typing import Any
 
 from django.contrib.contenttypes.models import ContentType
+from django.db import connection
 
 from fleet import bulk
 from fleet.audit import (
+    AUDIT_ROW_FIELDS,
     actor_fields,
     audit_event,
     audit_row_maker,
     audit_rows_write,
-    audit_write_many,
     diff,
     snapshot,
 )
@@ -23,14 +25,20 @@ from inventory.imports.records import (
     BATCH,
     CREATE,
     DENORMALISED,
+    GPU_ATTNAMES,
+    GPU_COLUMN,
+    GPU_DEFAULTS,
+    GPU_ROW,
     LAST_SEEN_RESOLUTION,
     MOVE,
     PLACEMENT,
     UNCHANGED,
     UPDATE,
+    NewRow,
     Plan,
     chunks,
     created_changes,
+    gpu_name,
     json_value,
     moved_changes,
     sku_for,
@@ -43,6 +51,7 @@ from inventory.models import (
     GpuStateChange,
     MoveKind,
     Server,
+    gpu_identity,
 )
 from inventory.services import gpu_move_record
 
@@ -54,7 +63,7 @@ class ImportWrite:
     def apply(self) -> None:
         events: list[AuditEvent] = []
         moves: list[GpuMove] = []
-        self._create_servers(events)
+        server_events = self._create_servers()
         self._create_models(events)
         gpu_type = ContentType.objects.get_for_model(Gpu)
         name = actor_fields(self.actor)["actor_name"]
@@ -71,20 +80,27 @@ class ImportWrite:
         for chunk in chunks(leaving):
             Gpu.objects.filter(pk__in=chunk).update(pci_bus_id="")
 
-        # 2. New GPUs.
-        created = [(plan, self._new_gpu(plan)) for plan in self.plans if plan.action == CREATE]
-        bulk.insert(Gpu, [gpu for _, gpu in created], need_pk=True)
-        states, installs = [], []  # plain rows: the same as gpu_create writes, without 2,000 model instances
+        # 2. New GPUs: plain rows (ids reserved first), no model instances; history and audit rows alike.
+        created = [plan for plan in self.plans if plan.action == CREATE]
+        rows = [self._new_gpu_row(plan, pk) for plan, pk in zip(created, bulk.reserve_ids(Gpu, len(created))
+                                                                  if created else [], strict=True)]
+        rows = self._insert_gpus(rows)
+        states, installs = [], []  # the same rows as gpu_create writes
         created_event = audit_row_maker(actor=self.actor, action=AuditAction.CREATE, content_type=gpu_type,
                                         message=self.reason, at=self.now)
         created_events = []
-        for plan, gpu in created:
-            plan.gpu = gpu
-            states.append((gpu.pk, "", gpu.state, name, self.reason, self.now))
-            if gpu.server_id:
-                installs.append((gpu.pk, MoveKind.INSTALL.value, None, "", None, gpu.server_id, gpu.pci_bus_id,
-                                 gpu.module_id, name, self.reason, self.now))
-            created_events.append(created_event(gpu, created_changes(gpu)))
+        state_at, server_at, bus_at, module_at, raw_at = (
+            GPU_COLUMN[column] for column in ("state", "server_id", "pci_bus_id", "module_id", "serial_raw"))
+        for plan, row in zip(created, rows, strict=True):
+            pk = plan.gpu_id = row[0]
+            states.append((pk, "", row[state_at], name, self.reason, self.now))
+            if row[server_at] is not None:
+                installs.append((pk, MoveKind.INSTALL.value, None, "", None, row[server_at], row[bus_at],
+                                 row[module_at], name, self.reason, self.now))
+            rec = plan.record
+            created_events.append(created_event(NewRow(pk, gpu_name(pk=pk, serial=rec.serial, uuid=rec.uuid,
+                                                                    serial_raw=row[raw_at])),
+                                                created_changes(row)))
 
         # 3. Known GPUs: field changes, then moves; one bulk_update per set of changed columns.
         groups: dict[frozenset[str], list[Gpu]] = {}
@@ -121,20 +137,36 @@ class ImportWrite:
                                      "to_server_id", "to_pci_bus_id", "to_module_id", "actor_name", "reason", "at"),
                            installs)
         bulk.insert(GpuMove, moves)
-        audit_write_many(events)
-        audit_rows_write(created_events)
+        # The whole audit trail in one COPY, in the order it happened: servers, models, moves and updates, new GPUs.
+        audit_rows_write(chain(server_events, (tuple(getattr(event, name) for name in AUDIT_ROW_FIELDS)
+                                               for event in events), created_events))
         self._summarise()
 
-    def _create_servers(self, events: list[AuditEvent]) -> None:
+    @staticmethod
+    def _insert_gpus(rows: list[tuple]) -> list[tuple]:
+        """COPY the rows on PostgreSQL. Elsewhere (SQLite) ``bulk_create``, which stamps ``created_at`` and
+        ``updated_at`` itself: the rows returned hold what it wrote, so the audit trail shows the stored values."""
+        if connection.vendor == "postgresql":
+            bulk.insert_values(Gpu, GPU_ATTNAMES, rows)
+            return rows
+        gpus = [Gpu(**dict(zip(GPU_ATTNAMES, row, strict=True))) for row in rows]
+        Gpu.objects.bulk_create(gpus, batch_size=BATCH)
+        return [GPU_ROW(vars(gpu)) for gpu in gpus]
+
+    def _create_servers(self) -> list[tuple]:
+        """Create the servers the files name and Fleet does not know; returns their audit rows."""
         new = [Server(hostname=host) for host in sorted({p.host for p in self.plans if p.host} - set(self.servers))]
-        Server.objects.bulk_create(new, batch_size=BATCH)
-        server_type = ContentType.objects.get_for_model(Server)
-        for server in new:
-            self.servers[server.hostname] = server
-            events.append(audit_event(actor=self.actor, action=AuditAction.CREATE, obj=server, at=self.now,
-                                      message=self.reason, content_type=server_type,
-                                      changes=diff({}, snapshot(server))))
         self.result.servers_created = [s.hostname for s in new]
+        if not new:
+            return []
+        bulk.insert(Server, new, need_pk=True)
+        self.servers.update((server.hostname, server) for server in new)
+        # Every new server is the same but for its id and hostname: one snapshot, then those two.
+        template = diff({}, snapshot(new[0]))
+        make = audit_row_maker(actor=self.actor, action=AuditAction.CREATE, message=self.reason, at=self.now,
+                               content_type=ContentType.objects.get_for_model(Server))
+        return [make(server, {**template, "id": [None, server.pk], "hostname": [None, server.hostname]})
+                for server in new]
 
     def _create_models(self, events: list[AuditEvent]) -> None:
         taken = {m.sku for m in self.all_models}
@@ -152,26 +184,28 @@ class ImportWrite:
                       for model in new)
         self.result.models_created = [m.name for m in new]
 
-    def _new_gpu(self, plan: Plan) -> Gpu:
-        rec = plan.record
-        server = self.servers[plan.host] if plan.host else None
-        serial_raw = "" if rec.serial else rec.serial_raw or ""
-        uuid_raw = "" if rec.uuid else rec.uuid_raw or ""
-        return Gpu(
-            serial=rec.serial, serial_raw=serial_raw, uuid=rec.uuid, uuid_raw=uuid_raw,
-            identity_masked=bool(rec.serial_masked or rec.uuid_masked),
-            model=self.models[plan.model_key or ""], board_part_number=rec.board_part_number or "",
-            asset_tag=rec.asset_tag, warranty_end=rec.warranty_end, state=plan.state, state_changed_at=self.now,
-            server=server, pci_bus_id=(rec.pci_bus_id or "") if server else "",
-            module_id=rec.module_id if server else None, minor_number=rec.minor_number,
-            site_id=server.site_id if server else None, row_id=server.row_id if server else None,
-            rack_id=server.rack_id if server else None,
-            **{attname: rec.firmware.get(component, "") for component, attname in DENORMALISED.items()},
-        )
+    def _new_gpu_row(self, plan: Plan, pk: int) -> tuple:
+        """The new GPU's row, in :data:`GPU_ATTNAMES` order: what ``Gpu(...)`` with these values would write."""
+        rec, values = plan.record, dict(GPU_DEFAULTS)
+        firmware = rec.firmware
+        values.update(id=pk, serial=rec.serial, serial_raw="" if rec.serial else rec.serial_raw or "", uuid=rec.uuid,
+                      uuid_raw="" if rec.uuid else rec.uuid_raw or "",
+                      identity_masked=bool(rec.serial_masked or rec.uuid_masked),
+                      model_id=self.models[plan.model_key or ""].pk, board_part_number=rec.board_part_number or "",
+                      asset_tag=rec.asset_tag, warranty_end=rec.warranty_end, state=plan.state,
+                      state_changed_at=self.now, minor_number=rec.minor_number, created_at=self.now,
+                      updated_at=self.now)
+        for component, attname in DENORMALISED.items():
+            values[attname] = firmware.get(component, "")
+        if plan.host:
+            server = self.servers[plan.host]
+            values.update(server_id=server.pk, pci_bus_id=rec.pci_bus_id or "", module_id=rec.module_id,
+                          site_id=server.site_id, row_id=server.row_id, rack_id=server.rack_id)
+        return GPU_ROW(values)
 
     def _observe_firmware(self) -> None:
         known: dict[tuple[int, str, str], tuple[int, dt.datetime]] = {}
-        seen_ids = [p.gpu.pk for p in self.plans if p.gpu is not None and p.action != CREATE and p.record.firmware]
+        seen_ids = [p.gpu_id for p in self.plans if p.action != CREATE and p.record.firmware]
         for chunk in chunks(seen_ids):
             rows = (FirmwareObservation.objects.filter(gpu_id__in=chunk).order_by()
                     .values_list("id", "gpu_id", "component", "version", "last_seen"))
@@ -180,13 +214,19 @@ class ImportWrite:
         stale = self.now - LAST_SEEN_RESOLUTION
         new: list[tuple[int, str, str, str, dt.datetime, dt.datetime]] = []
         again: list[int] = []
+        now = self.now
         for plan in self.plans:
-            gpu = plan.gpu
-            assert gpu is not None  # every plan has its GPU once the new ones are created
+            pk = plan.gpu_id
+            assert pk is not None  # every plan has its GPU's id once the new ones are created
+            source = plan.record.fmt or self.fmt  # the record's own file format ("csv+nvidia-smi-xml" is none)
+            if plan.action == CREATE:  # nothing seen yet
+                new.extend((pk, component, version, source, now, now)
+                           for component, version in plan.record.firmware.items())
+                continue
             for component, version in plan.record.firmware.items():
-                seen = known.get((gpu.pk, component, version.casefold()))
+                seen = known.get((pk, component, version.casefold()))
                 if seen is None:
-                    new.append((gpu.pk, component, version, self.fmt, self.now, self.now))
+                    new.append((pk, component, version, source, now, now))
                 elif seen[1] < stale:
                     again.append(seen[0])
         bulk.insert_values(FirmwareObservation, ("gpu_id", "component", "version", "source", "first_seen",
@@ -208,6 +248,13 @@ class ImportWrite:
 
     def _row(self, plan: Plan, model_names: dict[int, str]) -> dict[str, Any]:
         rec, gpu = plan.record, plan.gpu
+        if plan.action == CREATE:
+            assert plan.gpu_id is not None and plan.model_key is not None
+            host, bus = (plan.host, rec.pci_bus_id or "") if plan.host else ("", "")
+            identity = rec.serial or rec.uuid or rec.asset_tag or gpu_identity(
+                serial=None, uuid=None, hostname=host or None, pci_bus_id=bus, pk=plan.gpu_id)
+            return {"line": rec.line, "identity": identity, "action": CREATE, "hostname": host, "pci_bus_id": bus,
+                    "changes": {"model": [None, self.models[plan.model_key].name], "state": [None, plan.state]}}
         assert gpu is not None
         changes: dict[str, list[Any]] = {}
         for attname, (before, after) in plan.changes.items():
@@ -215,11 +262,9 @@ class ImportWrite:
                 changes["model"] = [model_names.get(before), model_names.get(after)]
             else:
                 changes[attname] = [json_value(before), json_value(after)]
-        if plan.action == CREATE:
-            changes = {"model": [None, gpu.model.name], "state": [None, gpu.state]}
         if plan.target and plan.moved_from:
             changes.update(moved_changes(plan.moved_from, plan.target))
-        identity = rec.serial or rec.uuid or rec.asset_tag or (gpu.identity if gpu.pk else "")
+        identity = rec.serial or rec.uuid or rec.asset_tag or gpu.identity
         host = gpu.server.hostname if gpu.server_id and gpu.server else ""
         return {"line": rec.line, "identity": identity or rec.serial_raw or rec.uuid_raw or "", "action": plan.action,
                 "hostname": host, "pci_bus_id": gpu.pci_bus_id, "changes": changes}
