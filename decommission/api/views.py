@@ -208,7 +208,7 @@ class RequestViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.
 
 
 class EventViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
-    """Evidence events (append-only, hash-chained per request), in chain order."""
+    """Evidence events (append-only; hash-chained per asset and in the request's own chain), in the order written."""
 
     schema = FleetAutoSchema()
     serializer_class = s.EvidenceEventSerializer

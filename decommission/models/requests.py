@@ -84,6 +84,15 @@ class PolicyRule(models.Model):
         return f"{self.category} / {self.destination}: {self.min_level}"
 
 
+class ChainLayout(models.IntegerChoices):
+    """REQUEST: one hash chain per request (requests created before migration 0003). PER_ASSET: one chain per
+    asset (every event naming the asset or one of its media) plus the request's own chain, which anchors each
+    asset chain's head (docs/decommission.md, "Evidence and certificates")."""
+
+    REQUEST = 1, "One chain per request"
+    PER_ASSET = 2, "One chain per asset, anchored in the request's chain"
+
+
 class DecommissionRequest(models.Model):
     reason = models.CharField(max_length=300)
     category = models.CharField(max_length=10, choices=Category.choices)
@@ -109,6 +118,9 @@ class DecommissionRequest(models.Model):
     receipt_reference = models.CharField(max_length=120, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     state_changed_at = models.DateTimeField(null=True, blank=True)
+    chain_layout = models.PositiveSmallIntegerField(
+        choices=ChainLayout.choices, default=ChainLayout.PER_ASSET,
+        help_text="How its evidence is chained (requests created before migration 0003 keep one chain)")
 
     class Meta:
         ordering = ["-id"]

@@ -26,7 +26,7 @@ from decommission.models import (
 )
 from decommission.policy import METHODS, required_level, step_reaches
 from decommission.services.certificates import body_sha256, iso, sign, signing_key_current
-from decommission.services.evidence import chain_verify, event_body
+from decommission.services.evidence import ChainCheck, chain_verify, event_body
 from decommission.services.workflow import (
     DONE_MEDIA,
     gpus_to,
@@ -67,8 +67,18 @@ def _method_type(medium: Medium) -> str:
     return {Level.CLEAR: "Clear", Level.PURGE: "Purge", Level.DESTROY: "Destruct"}[medium.level or Level.CLEAR]
 
 
-def medium_body(*, medium: Medium, request: DecommissionRequest, events: list[dict[str, Any]], chain_head: str,
-                performer: dict[str, str], validator: dict[str, str], issued_at: Any) -> dict[str, Any]:
+def evidence_block(asset: Asset, check: ChainCheck) -> dict[str, Any]:
+    """Where a certificate's evidence lives: its asset's chain head (per-asset layout) and the request chain's
+    head, which anchors it; a request of the older layout has one chain, its head."""
+    if asset.pk not in check.heads:
+        return {"chain_head": check.head}
+    return {"chain": f"asset {asset.pk} ({asset.label})", "chain_head": check.heads[asset.pk][1],
+            "chain_seq": check.heads[asset.pk][0], "request_chain_head": check.head}
+
+
+def medium_body(*, medium: Medium, request: DecommissionRequest, events: list[dict[str, Any]],
+                evidence: dict[str, Any], performer: dict[str, str], validator: dict[str, str],
+                issued_at: Any) -> dict[str, Any]:
     asset = medium.asset
     _reach, technique, _where = METHODS[medium.media_type]
     return {
@@ -93,7 +103,7 @@ def medium_body(*, medium: Medium, request: DecommissionRequest, events: list[di
                      medium.media_type == "gpu_inforom" else "",
         },
         "destination": {"type": DESTINATION_DETAILS[request.destination], "details": request.destination},
-        "evidence": {"chain_head": chain_head, "events": events},
+        "evidence": {**evidence, "events": events},
         "attestation": ATTESTATION,
     }
 
@@ -128,13 +138,14 @@ def request_certify(*, request: DecommissionRequest, actor: Actor | None) -> Dec
     performer = _person(request.operator, "Sanitization operator", request.state_changed_at, request)
     validator = _person(request.validated_by, "Validator (approver)", request.state_changed_at, request)
     events: dict[int, list[dict[str, Any]]] = {}
-    for event in EvidenceEvent.objects.filter(request=request, medium__isnull=False).order_by("seq"):
+    for event in EvidenceEvent.objects.filter(request=request, medium__isnull=False).order_by("asset_id", "seq"):
         events.setdefault(event.medium_id, []).append({**event_body(event), "prev_hash": event.prev_hash,
                                                        "hash": event.hash})
     rows, by_asset = [], {}
     for medium in media:
         doc = sign(medium_body(medium=medium, request=request, events=events.get(medium.pk, []),
-                               chain_head=check.head, performer=performer, validator=validator, issued_at=now),
+                               evidence=evidence_block(medium.asset, check), performer=performer,
+                               validator=validator, issued_at=now),
                    key=key, private=private)
         rows.append(Certificate(id=doc["certificate"]["certificate_id"], kind=CertificateKind.MEDIUM,
                                 request=request, asset=medium.asset, medium=medium, document=doc,
@@ -147,7 +158,7 @@ def request_certify(*, request: DecommissionRequest, actor: Actor | None) -> Dec
                     "media_certificates": [{"certificate_id": str(c.id), "sha256": c.sha256,
                                             "serial": c.medium.serial, "media_type": c.medium.media_type}
                                            for c in certs],
-                    "evidence": {"chain_head": check.head}}, key=key, private=private)
+                    "evidence": evidence_block(asset, check)}, key=key, private=private)
         rows.append(Certificate(id=doc["certificate"]["certificate_id"], kind=CertificateKind.BUNDLE,
                                 request=request, asset=asset, document=doc, sha256=body_sha256(doc),
                                 key_id=key.key_id, issued_at=now))

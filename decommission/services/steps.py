@@ -20,8 +20,9 @@ from decommission.models import (
     Medium,
     RequestState,
 )
-from decommission.services.evidence import event_append, events_append_many
+from decommission.services.evidence import chain_anchor, chain_heads, event_append, events_append_many
 from decommission.services.workflow import DONE_MEDIA, request_move
+from fleet import bulk
 from fleet.audit import Actor
 
 
@@ -70,11 +71,10 @@ def outcomes_write(outcomes: list[Outcome], *, actor: Actor | None) -> None:
                       "attempt": medium.attempts, "detail": {**o.detail, "reason": o.reason}})
         updates.append(medium)
     request = DecommissionRequest.objects.get(pk=updates[0].request_id)
-    events_append_many(request=request, actor=actor, items=items)
-    Medium.objects.bulk_update(updates, ["state", "done_at", "tool", "attempts", "device_failures", "task_uri",
-                                         "detail"])
-    for asset_id in sorted({m.asset_id for m in updates}):
-        request_settle(request=request, asset_id=asset_id, actor=actor)
+    events = events_append_many(request=request, actor=actor, items=items)
+    bulk.update(Medium, updates, ["state", "done_at", "tool", "attempts", "device_failures", "task_uri", "detail"])
+    request_settle(request=request, asset_ids=sorted({m.asset_id for m in updates}), actor=actor,
+                   heads={e.asset_id: (e.seq, e.hash) for e in events if e.asset_id is not None})
 
 
 @transaction.atomic
@@ -89,12 +89,28 @@ def medium_finish(*, medium: Medium, state: str, actor: Actor | None, tool: str 
     return medium
 
 
-def request_settle(*, request: DecommissionRequest, asset_id: int | None, actor: Actor | None) -> None:
-    """After a medium's outcome: mark the asset sanitized when its media are done; move the request on when
-    nothing is left to run. The caller owns the transaction."""
-    if asset_id is not None and not Medium.objects.filter(asset_id=asset_id).exclude(state__in=DONE_MEDIA).exists():
-        Asset.objects.filter(pk=asset_id).update(state=AssetState.SANITIZED, next_run_at=None)
+def request_settle(*, request: DecommissionRequest, asset_ids: list[int], actor: Actor | None,
+                   heads: dict[int, tuple[int, str]] | None = None) -> None:
+    """After outcomes on ``asset_ids``' media: an asset none of whose media is left to run (done, or escalated)
+    is finished: ``sanitized`` when all are done, and its chain head is anchored in the request's chain
+    (``heads``: the heads the caller just wrote). Only a finishing asset takes the request's lock (once per
+    asset, not per step) and moves the request on when nothing is left to run. The caller owns the
+    transaction."""
+    running = set(Medium.objects.filter(asset_id__in=asset_ids).exclude(
+        state__in=(*DONE_MEDIA, MediaState.ESCALATED)).values_list("asset_id", flat=True))
+    finished = [a for a in asset_ids if a not in running]
+    if not finished:
+        return
+    escalated = set(Medium.objects.filter(asset_id__in=finished, state=MediaState.ESCALATED).values_list(
+        "asset_id", flat=True))
+    Asset.objects.filter(pk__in=[a for a in finished if a not in escalated]).update(
+        state=AssetState.SANITIZED, next_run_at=None)
     request = DecommissionRequest.objects.select_for_update().get(pk=request.pk)
+    heads = heads or {}
+    missing = [a for a in finished if a not in heads]
+    if missing:
+        heads.update(chain_heads(asset_ids=missing))
+    chain_anchor(request=request, heads={a: heads[a] for a in finished if a in heads}, actor=actor)
     if request.state != RequestState.SANITIZING:
         return
     open_media = Medium.objects.filter(request=request).exclude(state__in=DONE_MEDIA)
@@ -122,6 +138,7 @@ def media_finish_many(*, media: list[Medium], state: str, actor: Actor | None, t
 @transaction.atomic
 def medium_stop(*, medium: Medium, reason: str, actor: Actor | None) -> None:
     """Stop for a person: the medium is failed (not retried) and the request goes to ``sanitize_failed``."""
+    Asset.objects.select_for_update().filter(pk=medium.asset_id).values_list("pk").get()  # asset, then request
     Medium.objects.filter(pk=medium.pk).update(state=MediaState.FAILED, detail=reason[:300])
     request = DecommissionRequest.objects.select_for_update().get(pk=medium.request_id)
     event_append(request=request, medium=medium, step=f"{medium.media_type}.stop", result="needs a person",
