@@ -28,6 +28,7 @@ from decommission.models import Asset, AssetState, EvidenceEvent, MediaState, Me
 from decommission.services.agent import agent_media, agent_media_done
 from decommission.services.evidence import event_append, events_append_many
 from decommission.services.steps import Outcome, media_finish_many, medium_stop, outcomes_write
+from fleet import bulk
 from fleet.audit import SystemActor
 from fleet.execution import (
     Lease,
@@ -46,6 +47,9 @@ from fleet.redfish import BmcError, ErrorKind, RedfishSession, session_for
 logger = logging.getLogger(__name__)
 WORKER = SystemActor("decommission-worker")
 RETRY = RetryPolicy(attempts=6, base_seconds=2.0, max_seconds=60.0)
+# Waiting for the host agent is not polled: its upload sets the asset due again. This is only the safety net
+# (an upload whose wake-up raced a worker's release is also caught: the worker looks again after releasing).
+AGENT_WAIT_SECONDS = 30.0
 DONE, WAIT, STOP = "done", "wait", "stop"
 # (media type, Redfish action below the medium's target, request body, sent as a task?)
 ACTIONS: dict[str, tuple[str, dict]] = {
@@ -66,6 +70,8 @@ class Ctx:
     budget: TimeBudget
     wait_seconds: float = 0.0
     outcomes: list[Outcome] = field(default_factory=list)
+    running: list[Medium] = field(default_factory=list)  # tasks started: written with the next outcomes
+    waits_for_agent: bool = False
 
     def done(self, medium: Medium, state: str, **kwargs: object) -> None:
         """An outcome, written with the next fenced record or at the end of the run (one transaction)."""
@@ -73,8 +79,10 @@ class Ctx:
         self.outcomes.append(Outcome(medium=medium, state=state, **kwargs))  # type: ignore[arg-type]
 
     def flush(self) -> None:
-        """Write the outcomes so far (inside the caller's transaction)."""
-        outcomes, self.outcomes = self.outcomes, []
+        """Write the started tasks and the outcomes so far (inside the caller's transaction)."""
+        running = [m for m in self.running if m.state == MediaState.RUNNING]  # not finished in this pass
+        outcomes, self.outcomes, self.running = self.outcomes, [], []
+        bulk.update(Medium, running, ["state", "task_uri"])
         outcomes_write(outcomes, actor=WORKER)
 
 
@@ -92,7 +100,7 @@ def _write_outcomes(ctx: Ctx, archives: list[dict]) -> None:
     flush: the request row (the chain's lock) is then held for microseconds, not for an fsync. The fenced record
     that follows (synchronous) flushes the WAL up to and past this commit, so what it guards is durable first; a
     crash before that loses these rows atomically, and their media are reconciled from the device again."""
-    if not ctx.outcomes and not archives:
+    if not ctx.outcomes and not ctx.running and not archives:
         return
     with transaction.atomic():
         if connection.vendor == "postgresql":
@@ -199,9 +207,9 @@ def _send(ctx: Ctx, medium: Medium, action: str, body: dict) -> str:
         return STOP
     if medium.media_type == MediaType.BMC_FLASH:
         ctx.session.expect_reboot()
-    if response.task_location:
-        Medium.objects.filter(pk=medium.pk).update(state=MediaState.RUNNING, task_uri=response.task_location)
+    if response.task_location:  # written with the pass's outcomes: if lost, ``sending`` is reconciled
         medium.state, medium.task_uri = MediaState.RUNNING, response.task_location
+        ctx.running.append(medium)
         return _poll(ctx, medium)
     ctx.done(medium, MediaState.SANITIZED, tool="redfish", tool_version="1.17",
              command=f"POST {medium.target_uri}{action}", output=f"HTTP {response.status}",
@@ -279,8 +287,8 @@ def asset_run(ctx: Ctx) -> str:
     _first_batch(ctx, by_type)
     for stage in PLAN:
         if stage == "agent":
-            if agent_media(ctx.asset) and not agent_media_done(ctx.asset):
-                ctx.wait_seconds = settings.DECOMMISSION_POLL_SECONDS
+            if agent_media(ctx.asset, media) and not agent_media_done(ctx.asset, media):
+                ctx.wait_seconds, ctx.waits_for_agent = AGENT_WAIT_SECONDS, True  # its upload wakes the asset
                 return WAIT
             continue
         if stage == MediaType.GPU_INFOROM:
@@ -331,6 +339,8 @@ def run_due(*, limit: int | None = None) -> int:
         ran += 1
         if outcome == WAIT:
             lease_release(lease, next_run_at=timezone.now() + dt.timedelta(seconds=ctx.wait_seconds))
+            if ctx.waits_for_agent and agent_media_done(asset):  # the upload landed while we held the lease
+                Asset.objects.filter(pk=asset.pk, lease_owner="").update(next_run_at=timezone.now())
         elif outcome == STOP:  # a device failure: the medium is pending again (or escalated); back off
             lease_release(lease, next_run_at=timezone.now() + dt.timedelta(seconds=RETRY.delay(2)))
         else:

@@ -103,7 +103,10 @@ def events_append_many(*, request: DecommissionRequest, items: list[dict[str, An
         event.hash = event_hash(prev, event_body(event))
         heads[key] = (seq + 1, event.hash)
         events.append(event)
-    insert(EvidenceEvent, events, need_pk=True)
+    if len(events) == 1:  # one round trip either way; a single event (custody) needs its id back
+        EvidenceEvent.objects.bulk_create(events)
+    else:
+        insert(EvidenceEvent, events)  # COPY
     return events
 
 
