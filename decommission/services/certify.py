@@ -25,7 +25,7 @@ from decommission.models import (
     Medium,
 )
 from decommission.policy import METHODS, required_level, step_reaches
-from decommission.services.certificates import body_sha256, iso, sign, signing_key_current
+from decommission.services.certificates import iso, sign_hashed, signing_key_current
 from decommission.services.evidence import ChainCheck, chain_verify, event_body
 from decommission.services.workflow import (
     DONE_MEDIA,
@@ -143,24 +143,25 @@ def request_certify(*, request: DecommissionRequest, actor: Actor | None) -> Dec
                                                        "hash": event.hash})
     rows, by_asset = [], {}
     for medium in media:
-        doc = sign(medium_body(medium=medium, request=request, events=events.get(medium.pk, []),
-                               evidence=evidence_block(medium.asset, check), performer=performer,
-                               validator=validator, issued_at=now),
-                   key=key, private=private)
+        doc, sha = sign_hashed(medium_body(medium=medium, request=request, events=events.get(medium.pk, []),
+                                           evidence=evidence_block(medium.asset, check), performer=performer,
+                                           validator=validator, issued_at=now),
+                               key=key, private=private)
         rows.append(Certificate(id=doc["certificate"]["certificate_id"], kind=CertificateKind.MEDIUM,
                                 request=request, asset=medium.asset, medium=medium, document=doc,
-                                sha256=body_sha256(doc), key_id=key.key_id, issued_at=now))
+                                sha256=sha, key_id=key.key_id, issued_at=now))
         by_asset.setdefault(medium.asset, []).append(rows[-1])
     for asset, certs in by_asset.items():
-        doc = sign({"certificate_id": str(uuid.uuid4()), "kind": "bundle", "issued_at": iso(now),
-                    "request": str(request), "asset": asset.label, "performer": performer, "validator": validator,
-                    "destination": {"type": DESTINATION_DETAILS[request.destination]},
-                    "media_certificates": [{"certificate_id": str(c.id), "sha256": c.sha256,
-                                            "serial": c.medium.serial, "media_type": c.medium.media_type}
-                                           for c in certs],
-                    "evidence": evidence_block(asset, check)}, key=key, private=private)
+        bundle = {"certificate_id": str(uuid.uuid4()), "kind": "bundle", "issued_at": iso(now),
+                  "request": str(request), "asset": asset.label, "performer": performer, "validator": validator,
+                  "destination": {"type": DESTINATION_DETAILS[request.destination]},
+                  "media_certificates": [{"certificate_id": str(c.id), "sha256": c.sha256,
+                                          "serial": c.medium.serial, "media_type": c.medium.media_type}
+                                         for c in certs],
+                  "evidence": evidence_block(asset, check)}
+        doc, sha = sign_hashed(bundle, key=key, private=private)
         rows.append(Certificate(id=doc["certificate"]["certificate_id"], kind=CertificateKind.BUNDLE,
-                                request=request, asset=asset, document=doc, sha256=body_sha256(doc),
+                                request=request, asset=asset, document=doc, sha256=sha,
                                 key_id=key.key_id, issued_at=now))
     insert_values(Certificate, ["id", "kind", "request_id", "asset_id", "medium_id", "document", "sha256", "key_id",
                                 "issued_at"],
