@@ -71,6 +71,8 @@ class Ctx:
     wait_seconds: float = 0.0
     outcomes: list[Outcome] = field(default_factory=list)
     running: list[Medium] = field(default_factory=list)  # tasks started: written with the next outcomes
+    asset_fields: dict[str, object] = field(default_factory=dict)  # written with the next outcomes
+    archived: set[int] = field(default_factory=set)  # media whose logs are archived
     waits_for_agent: bool = False
 
     def done(self, medium: Medium, state: str, **kwargs: object) -> None:
@@ -83,7 +85,7 @@ class Ctx:
         running = [m for m in self.running if m.state == MediaState.RUNNING]  # not finished in this pass
         outcomes, self.outcomes, self.running = self.outcomes, [], []
         bulk.update(Medium, running, ["state", "task_uri"])
-        outcomes_write(outcomes, actor=WORKER)
+        outcomes_write(outcomes, actor=WORKER, request=self.asset.request)
 
 
 def _archive_logs(ctx: Ctx, medium: Medium, manager: str) -> dict:
@@ -95,29 +97,44 @@ def _archive_logs(ctx: Ctx, medium: Medium, manager: str) -> dict:
             "detail": {"entries": len(entries.get("Members", [])), "sha256": sha256_hex(raw)}}
 
 
-def _write_outcomes(ctx: Ctx, archives: list[dict]) -> None:
-    """The pass's outcomes and log archives in their own transaction, committed without waiting for the WAL
-    flush: the request row (the chain's lock) is then held for microseconds, not for an fsync. The fenced record
-    that follows (synchronous) flushes the WAL up to and past this commit, so what it guards is durable first; a
-    crash before that loses these rows atomically, and their media are reconciled from the device again."""
-    if not ctx.outcomes and not ctx.running and not archives:
+def _write(ctx: Ctx, archives: list[dict]) -> None:
+    """The pass's outcomes, started tasks, log archives and asset fields so far (inside the caller's
+    transaction, which holds the asset's row: the asset, then its chain, then the request when it finishes)."""
+    ctx.flush()
+    if archives:
+        events_append_many(request=ctx.asset.request, actor=WORKER,
+                           items=[{k: v for k, v in a.items() if k != "request"} for a in archives])
+        ctx.archived.update(a["medium"].pk for a in archives)
+    if ctx.asset_fields:
+        fields, ctx.asset_fields = ctx.asset_fields, {}
+        Asset.objects.filter(pk=ctx.asset.pk).update(**fields)
+
+
+def _write_outcomes(ctx: Ctx) -> None:
+    """The end of a pass: what is left to write, committed without waiting for the WAL flush (a crash loses
+    these rows atomically; their media are still ``sending``/``running`` and are reconciled from the device)."""
+    if not ctx.outcomes and not ctx.running and not ctx.asset_fields:
         return
     with transaction.atomic():
         if connection.vendor == "postgresql":
             with connection.cursor() as cursor:
                 cursor.execute("SET LOCAL synchronous_commit TO off")
         Asset.objects.select_for_update().filter(pk=ctx.asset.pk).values_list("pk").get()  # asset, then request
-        ctx.flush()
-        if archives:
-            events_append_many(request=ctx.asset.request, actor=WORKER,
-                               items=[{k: v for k, v in a.items() if k != "request"} for a in archives])
+        _write(ctx, [])
 
 
 def _fenced(ctx: Ctx, record: Callable[[], None] | None = None, archive: dict | list[dict] | None = None) -> None:
-    """Write the outcomes so far and the log archives, then prove the lease and record "about to send" (one
-    flushed transaction that does not touch the request row)."""
-    _write_outcomes(ctx, archive if isinstance(archive, list) else [archive] if archive else [])
-    fenced(ctx.lease, record, renew_seconds=settings.DECOMMISSION_LEASE_SECONDS)
+    """Prove the lease, write the outcomes so far and the log archives, and record "about to send": ONE flushed
+    transaction (the asset's row is locked by the lease check; the request's row is not touched). A worker whose
+    lease was taken writes nothing: the new holder reconciles those media from the device."""
+    archives = archive if isinstance(archive, list) else [archive] if archive else []
+
+    def write_and_record() -> None:
+        _write(ctx, archives)
+        if record is not None:
+            record()
+
+    fenced(ctx.lease, write_and_record, renew_seconds=settings.DECOMMISSION_LEASE_SECONDS)
 
 
 def _reconcile(ctx: Ctx, medium: Medium) -> Callable[[], Trace]:
@@ -142,8 +159,7 @@ def _redfish_step(ctx: Ctx, medium: Medium) -> str:
     action, body = ACTIONS[medium.media_type]
     if medium.state == MediaState.PENDING:
         archive = None
-        if medium.media_type in (MediaType.HMC_FLASH, MediaType.BMC_FLASH) and \
-                not medium.events.filter(step="logs.archive").exists():
+        if medium.media_type in (MediaType.HMC_FLASH, MediaType.BMC_FLASH) and medium.pk not in ctx.archived:
             archive = _archive_logs(ctx, medium, medium.target_uri)
             if medium.media_type == MediaType.BMC_FLASH:  # the BMC's own log is cleared now; its reset comes last
                 _fenced(ctx, archive=archive)
@@ -168,8 +184,7 @@ def _redfish_step(ctx: Ctx, medium: Medium) -> str:
             medium.state = MediaState.PENDING
             return _redfish_step(ctx, medium)
         if verdict == Verdict.INCONCLUSIVE:
-            with transaction.atomic():
-                ctx.flush()
+            _write_outcomes(ctx)
             medium_stop(medium=medium, actor=WORKER,
                         reason="the send was ambiguous and the BMC cannot show whether it landed: a person decides")
             return STOP
@@ -240,8 +255,7 @@ def _power_off_and_volatile(ctx: Ctx, media: list[Medium]) -> str:
         if system.get("PowerState") not in ("Off", None):
             ctx.wait_seconds = settings.DECOMMISSION_POLL_SECONDS
             return WAIT
-        asset.powered_off_at = timezone.now()
-        Asset.objects.filter(pk=asset.pk).update(powered_off_at=asset.powered_off_at)
+        asset.powered_off_at = ctx.asset_fields["powered_off_at"] = timezone.now()  # written with the outcomes
     for medium in [m for m in media if m.media_type == MediaType.GPU_HBM and m.state == MediaState.PENDING]:
         ctx.done(medium, MediaState.SANITIZED, tool="redfish+nvidia-smi",
                  reason=f"no compute contexts, GPU reset, power removed at {asset.powered_off_at.isoformat()}",
@@ -261,8 +275,8 @@ def _first_batch(ctx: Ctx, by_type: dict[str, list[Medium]]) -> None:
     about to be sent in ONE fenced transaction, clear the BMC's log, then send each (a crash in between leaves
     the unsent ones ``sending``: reconciled from the device, sent only if it shows they did not land)."""
     first = [m for t in FIRST for m in by_type.get(t, []) if m.state == MediaState.PENDING and m.target_uri]
-    archived = set(EvidenceEvent.objects.filter(asset=ctx.asset, step="logs.archive").values_list("medium_id",
-                                                                                                 flat=True))
+    ctx.archived = archived = set(EvidenceEvent.objects.filter(asset=ctx.asset, step="logs.archive").values_list(
+        "medium_id", flat=True))
     bmc = [m for m in by_type.get(MediaType.BMC_FLASH, []) if m.state == MediaState.PENDING and m.pk not in archived]
     logs = [m for m in first if m.media_type == MediaType.HMC_FLASH and m.pk not in archived] + bmc
     if not first and not bmc:
@@ -335,7 +349,7 @@ def run_due(*, limit: int | None = None) -> int:
         except BmcError as exc:  # the BMC is unreachable or rebooting: come back later
             logger.info("decommission: %s: %s", asset, exc)
             outcome, ctx.wait_seconds = WAIT, RETRY.delay(1)
-        _write_outcomes(ctx, [])  # the outcomes of this pass
+        _write_outcomes(ctx)  # the outcomes of this pass
         ran += 1
         if outcome == WAIT:
             lease_release(lease, next_run_at=timezone.now() + dt.timedelta(seconds=ctx.wait_seconds))

@@ -41,7 +41,8 @@ class Outcome:
     detail: dict[str, Any] = field(default_factory=dict)
 
 
-def outcomes_write(outcomes: list[Outcome], *, actor: Actor | None) -> None:
+def outcomes_write(outcomes: list[Outcome], *, actor: Actor | None,
+                   request: DecommissionRequest | None = None) -> None:
     """Record step ends: done (``sanitized``/``recorded``) or ``failed``, one evidence event each (one lock, one
     insert), then settle the assets and the request. Safe to run twice: a medium already done is left alone. A
     device-reported failure counts; the third escalates to destroy. The caller owns the transaction."""
@@ -70,7 +71,8 @@ def outcomes_write(outcomes: list[Outcome], *, actor: Actor | None) -> None:
                       "tool_version": o.tool_version, "command": o.command, "output": o.output, "result": result,
                       "attempt": medium.attempts, "detail": {**o.detail, "reason": o.reason}})
         updates.append(medium)
-    request = DecommissionRequest.objects.get(pk=updates[0].request_id)
+    if request is None or request.pk != updates[0].request_id:
+        request = DecommissionRequest.objects.get(pk=updates[0].request_id)
     events = events_append_many(request=request, actor=actor, items=items)
     bulk.update(Medium, updates, ["state", "done_at", "tool", "attempts", "device_failures", "task_uri", "detail"])
     request_settle(request=request, asset_ids=sorted({m.asset_id for m in updates}), actor=actor,
