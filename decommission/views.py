@@ -19,6 +19,7 @@ from django.views.decorators.http import require_GET, require_POST
 from decommission import forms, lifecycle, selectors, services
 from decommission.files import certificate_filename, certificate_json
 from decommission.models import Certificate, MediaType, RequestState
+from decommission.pdf import certificate_pdf, certificate_pdf_filename
 from decommission.policy import METHODS, at_least, minimum_level, required_level
 from decommission.services.agent import agent_script
 from decommission.services.certificates import certificate_verify
@@ -163,6 +164,15 @@ def certificate_download(request: HtmxHttpRequest, cert_id: str) -> HttpResponse
     cert = get_object_or_404(Certificate.objects.select_related("asset", "medium"), pk=cert_id)
     response = HttpResponse(certificate_json(cert), content_type="application/json")
     response["Content-Disposition"] = f'attachment; filename="{certificate_filename(cert)}"'
+    return response
+
+
+@viewer_required
+def certificate_pdf_download(request: HtmxHttpRequest, cert_id: str) -> HttpResponse:
+    """The PDF rendering (id and the JSON file's SHA-256 on top); the JSON download is the record."""
+    cert = get_object_or_404(Certificate.objects.select_related("asset", "medium"), pk=cert_id)
+    response = HttpResponse(certificate_pdf(cert), content_type="application/pdf")
+    response["Content-Disposition"] = f'attachment; filename="{certificate_pdf_filename(cert)}"'
     return response
 
 
