@@ -39,4 +39,8 @@ class Migration(migrations.Migration):
             model_name='evidenceevent',
             constraint=models.UniqueConstraint(condition=models.Q(('asset__isnull', False)), fields=('asset', 'seq'), name='decom_event_asset_seq_unique'),
         ),
+        migrations.AddIndex(  # the open media of a request (asked each time a server finishes)
+            model_name='medium',
+            index=models.Index(condition=models.Q(('state__in', ['sanitized', 'recorded', 'destroyed']), _negated=True), fields=['request', 'id'], name='decom_medium_open_idx'),
+        ),
     ]

@@ -224,6 +224,10 @@ class Medium(models.Model):
             models.UniqueConstraint(fields=["request", "media_type", "serial"], name="decom_medium_unique"),
             models.CheckConstraint(condition=Q(state__in=MediaState.values), name="decom_medium_state_valid"),
         ]
+        # "Is anything left to run in this request?" is asked under the request's lock each time a server
+        # finishes: without it, a scan of all the request's media (23,000 for 1,000 servers) per server.
+        indexes = [models.Index(fields=["request", "id"], name="decom_medium_open_idx",
+                                condition=~Q(state__in=["sanitized", "recorded", "destroyed"]))]
 
     def __str__(self) -> str:
         return f"{self.get_media_type_display()} {self.serial}"

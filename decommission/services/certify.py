@@ -138,7 +138,8 @@ def request_certify(*, request: DecommissionRequest, actor: Actor | None) -> Dec
     performer = _person(request.operator, "Sanitization operator", request.state_changed_at, request)
     validator = _person(request.validated_by, "Validator (approver)", request.state_changed_at, request)
     events: dict[int, list[dict[str, Any]]] = {}
-    for event in EvidenceEvent.objects.filter(request=request, medium__isnull=False).order_by("asset_id", "seq"):
+    for event in EvidenceEvent.objects.filter(request=request, medium__isnull=False).defer("output").order_by(
+            "asset_id", "seq"):  # the raw output is in the hash through output_sha256; validation checked it
         events.setdefault(event.medium_id, []).append({**event_body(event), "prev_hash": event.prev_hash,
                                                        "hash": event.hash})
     rows, by_asset = [], {}
