@@ -40,6 +40,7 @@ def _chain(asset: Asset) -> list[EvidenceEvent]:
     return list(EvidenceEvent.objects.filter(asset=asset).order_by("seq"))
 
 
+@pytest.mark.sqlite
 def test_each_server_has_its_own_chain_anchored_in_the_request_chain(users):
     r = walk("validated", users=users, servers=[server_with_gpus(), server_with_gpus()])
     assert r.chain_layout == ChainLayout.PER_ASSET
@@ -62,6 +63,7 @@ def test_each_server_has_its_own_chain_anchored_in_the_request_chain(users):
     assert check.ok and check.heads == heads and check.head == own[-1].hash
 
 
+@pytest.mark.sqlite
 def test_certificates_carry_their_servers_chain_and_the_request_head(users):
     r = walk("certified", users=users, servers=[server_with_gpus(), server_with_gpus()])
     keys = public_keys()
