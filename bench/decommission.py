@@ -17,6 +17,12 @@ real-format nvme-cli / tpm2 / nvidia-smi outputs, through the same service the H
 - ``verify_per_s``: offline verification (``decommission.verify.verify_document``: signature, completeness,
   carried events) of 10,000 certificate files, per second, in this process.
 
+The clock starts when both workers answer a ping (their start-up is not under test). The ``cpu:`` line gives
+the CPU seconds the workers and this process (the agents, validation, certification) spent from then to the
+last certificate, per server: on a shared machine the figure to compare, since wall time depends on the load.
+``--profile DIR`` runs the workers under py-spy (collapsed stacks, ``DIR/worker-N.txt``) and this process under
+pyinstrument (``DIR/bench.txt``).
+
 The last line of output is one JSON object: ``certify_s``, ``verify_per_s``.
 """
 

@@ -50,10 +50,10 @@ def _lock_and_heads(request: DecommissionRequest, keys: list[int | None]) -> dic
     assets = sorted(k for k in keys if k is not None)
     heads: dict[int | None, tuple[int, str]] = {k: (0, GENESIS) for k in keys}
     if assets:
-        list(Asset.objects.select_for_update().filter(pk__in=assets).order_by("pk").values_list("pk"))
+        list(Asset.objects.select_for_update(no_key=True).filter(pk__in=assets).order_by("pk").values_list("pk"))
         heads.update(chain_heads(asset_ids=assets))
     if REQUEST_CHAIN in heads:
-        DecommissionRequest.objects.select_for_update().filter(pk=request.pk).values_list("pk").get()
+        DecommissionRequest.objects.select_for_update(no_key=True).filter(pk=request.pk).values_list("pk").get()
         events = EvidenceEvent.objects.filter(request=request)
         if request.chain_layout == ChainLayout.PER_ASSET:
             events = events.filter(asset__isnull=True)

@@ -48,7 +48,7 @@ def outcomes_write(outcomes: list[Outcome], *, actor: Actor | None,
     device-reported failure counts; the third escalates to destroy. The caller owns the transaction."""
     if not outcomes:
         return
-    current = {m.pk: m for m in Medium.objects.select_for_update().filter(pk__in=[o.medium.pk for o in outcomes])}
+    current = {m.pk: m for m in Medium.objects.select_for_update(no_key=True).filter(pk__in=[o.medium.pk for o in outcomes])}
     todo = [o for o in outcomes if current[o.medium.pk].state not in (*DONE_MEDIA, MediaState.ESCALATED)]
     if not todo:
         return
@@ -107,7 +107,7 @@ def request_settle(*, request: DecommissionRequest, asset_ids: list[int], actor:
         "asset_id", flat=True))
     Asset.objects.filter(pk__in=[a for a in finished if a not in escalated]).update(
         state=AssetState.SANITIZED, next_run_at=None)
-    request = DecommissionRequest.objects.select_for_update().get(pk=request.pk)
+    request = DecommissionRequest.objects.select_for_update(no_key=True).get(pk=request.pk)
     heads = heads or {}
     missing = [a for a in finished if a not in heads]
     if missing:
@@ -140,9 +140,9 @@ def media_finish_many(*, media: list[Medium], state: str, actor: Actor | None, t
 @transaction.atomic
 def medium_stop(*, medium: Medium, reason: str, actor: Actor | None) -> None:
     """Stop for a person: the medium is failed (not retried) and the request goes to ``sanitize_failed``."""
-    Asset.objects.select_for_update().filter(pk=medium.asset_id).values_list("pk").get()  # asset, then request
+    Asset.objects.select_for_update(no_key=True).filter(pk=medium.asset_id).values_list("pk").get()  # asset, then request
     Medium.objects.filter(pk=medium.pk).update(state=MediaState.FAILED, detail=reason[:300])
-    request = DecommissionRequest.objects.select_for_update().get(pk=medium.request_id)
+    request = DecommissionRequest.objects.select_for_update(no_key=True).get(pk=medium.request_id)
     event_append(request=request, medium=medium, step=f"{medium.media_type}.stop", result="needs a person",
                  actor=actor, detail={"reason": reason})
     if request.state == RequestState.SANITIZING:
