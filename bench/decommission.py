@@ -155,7 +155,7 @@ def run(args: argparse.Namespace, url: str, broker: str) -> dict[str, float]:  #
             workers.append(subprocess.Popen(  # noqa: S603 - our own interpreter
                 wrap + command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         workers_ready(len(workers))
-        cpu0, own0 = workers_cpu(workers), time.process_time()
+        cpu0, own0, sim0 = workers_cpu(workers), time.process_time(), workers_cpu([sim.proc])
         profiler = None
         if args.profile:
             from pyinstrument import Profiler
@@ -195,11 +195,13 @@ def run(args: argparse.Namespace, url: str, broker: str) -> dict[str, float]:  #
             f"(inventory {t_inv:.1f} s, agents uploaded by {t_agents:.1f} s, sanitized {t_san:.1f} s, "
             f"validated {t_val:.1f} s, certified {certify_s:.1f} s; {loadavg()})")
         worker_cpu, own_cpu = workers_cpu(workers) - cpu0, time.process_time() - own0
+        sim_cpu = workers_cpu([sim.proc]) - sim0
         if profiler is not None:
             profiler.stop()
             (Path(args.profile) / "bench.txt").write_text(profiler.output_text(show_all=False))
         say(f"cpu: workers {worker_cpu:.1f} s ({worker_cpu / args.servers * 1000:.0f} ms per server), this process "
-            f"(agents, validation, certification) {own_cpu:.1f} s ({own_cpu / args.servers * 1000:.0f} ms per server)")
+            f"(agents, validation, certification) {own_cpu:.1f} s ({own_cpu / args.servers * 1000:.0f} ms per server), "
+            f"the simulator {sim_cpu:.1f} s")
 
         keys = public_keys()
         docs = [json.loads(json.dumps(d)) for d in Certificate.objects.filter(kind="medium").values_list(
