@@ -84,7 +84,7 @@ def _detail_context(request: HtmxHttpRequest, obj: Any) -> dict[str, Any]:
     return {"section": "decommission-detail", "obj": obj, "actions": actions,
             "assets": selectors.asset_progress(request=obj)[:200],
             "media": selectors.media_for(request=obj)[:400],
-            "events": list(selectors.events_for(request=obj).order_by("-seq")[:100]),
+            "events": list(selectors.events_for(request=obj).order_by("-id")[:100]),
             "bundles": certs, "custody": selectors.custody_for(request=obj), "live": obj.state in LIVE_STATES,
             "custody_form": forms.CustodyForm(initial={"count": obj.assets.count()}),
             "can_custody": has_role(request.user, "operator") and obj.state in (
