@@ -166,3 +166,18 @@ def test_query_budget_and_the_request_lock_once_per_server(sim, users):
     anchors = r.events.filter(step="chain.anchor", asset__isnull=True)
     assert sorted(a["asset"] for e in anchors for a in e.detail["anchors"]) == sorted(
         r.assets.values_list("pk", flat=True))
+
+
+def test_a_server_waiting_for_its_agent_is_not_polled_and_the_upload_wakes_it(sim, users):
+    r = _request(users, sim)
+    asset = r.assets.get()
+    assert run_due() == 1
+    asset.refresh_from_db()
+    assert asset.next_run_at > timezone.now() + dt.timedelta(seconds=20), "parked until the upload, not polled"
+    assert run_due() == 0, "nothing due: the worker does not come back to ask"
+    _agent(asset)
+    asset.refresh_from_db()
+    assert asset.next_run_at <= timezone.now(), "the upload made it due"
+    assert run_due() == 1
+    r.refresh_from_db()
+    assert r.state == "verifying"
