@@ -119,7 +119,8 @@ def _write_outcomes(ctx: Ctx) -> None:
         if connection.vendor == "postgresql":
             with connection.cursor() as cursor:
                 cursor.execute("SET LOCAL synchronous_commit TO off")
-        Asset.objects.select_for_update(no_key=True).filter(pk=ctx.asset.pk).values_list("pk").get()  # asset, then request
+        # the asset, then the request
+        Asset.objects.select_for_update(no_key=True).filter(pk=ctx.asset.pk).values_list("pk").get()
         _write(ctx, [])
 
 

@@ -111,7 +111,8 @@ def agent_script(*, raw_token: str, server: str, upload_url: str) -> str:
     token = _claim(raw_token, server, stage="fetch")
     media = agent_media(token.asset)
     with transaction.atomic():
-        Asset.objects.select_for_update(no_key=True).filter(pk=token.asset_id).values_list("pk").get()  # asset, then request
+        # the asset, then the request
+        Asset.objects.select_for_update(no_key=True).filter(pk=token.asset_id).values_list("pk").get()
         event_append(request=token.asset.request, asset=token.asset, step="agent.script", result="fetched",
                      actor=None, detail={"server": server, "media": [m.serial for m in media]})
     return render_to_string("decommission/agent.sh", {
@@ -157,7 +158,8 @@ def agent_results_submit(*, raw_token: str, server: str, results: list[dict[str,
     _claim(raw_token, server, stage="upload")
     with transaction.atomic():
         asset_id = AgentToken.objects.filter(token_sha256=_digest(raw_token)).values_list("asset_id", flat=True).get()
-        Asset.objects.select_for_update(no_key=True).filter(pk=asset_id).values_list("pk").get()  # asset, then request
+        # the asset, then the request
+        Asset.objects.select_for_update(no_key=True).filter(pk=asset_id).values_list("pk").get()
         token = AgentToken.objects.select_for_update(of=("self",)).select_related(
             "asset__server", "asset__request").get(token_sha256=_digest(raw_token))
         if token.used_at is not None:  # another upload won the race

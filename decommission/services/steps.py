@@ -14,6 +14,7 @@ from django.utils import timezone
 from decommission.models import (
     Asset,
     AssetState,
+    ChainLayout,
     DecommissionRequest,
     Level,
     MediaState,
@@ -48,7 +49,8 @@ def outcomes_write(outcomes: list[Outcome], *, actor: Actor | None,
     device-reported failure counts; the third escalates to destroy. The caller owns the transaction."""
     if not outcomes:
         return
-    current = {m.pk: m for m in Medium.objects.select_for_update(no_key=True).filter(pk__in=[o.medium.pk for o in outcomes])}
+    current = {m.pk: m for m in Medium.objects.select_for_update(no_key=True).filter(
+        pk__in=[o.medium.pk for o in outcomes])}
     todo = [o for o in outcomes if current[o.medium.pk].state not in (*DONE_MEDIA, MediaState.ESCALATED)]
     if not todo:
         return
@@ -109,7 +111,7 @@ def request_settle(*, request: DecommissionRequest, asset_ids: list[int], actor:
         state=AssetState.SANITIZED, next_run_at=None)
     request = DecommissionRequest.objects.select_for_update(no_key=True).get(pk=request.pk)
     heads = heads or {}
-    missing = [a for a in finished if a not in heads]
+    missing = [a for a in finished if a not in heads] if request.chain_layout == ChainLayout.PER_ASSET else []
     if missing:
         heads.update(chain_heads(asset_ids=missing))
     chain_anchor(request=request, heads={a: heads[a] for a in finished if a in heads}, actor=actor)
@@ -140,7 +142,8 @@ def media_finish_many(*, media: list[Medium], state: str, actor: Actor | None, t
 @transaction.atomic
 def medium_stop(*, medium: Medium, reason: str, actor: Actor | None) -> None:
     """Stop for a person: the medium is failed (not retried) and the request goes to ``sanitize_failed``."""
-    Asset.objects.select_for_update(no_key=True).filter(pk=medium.asset_id).values_list("pk").get()  # asset, then request
+    # the asset, then the request
+    Asset.objects.select_for_update(no_key=True).filter(pk=medium.asset_id).values_list("pk").get()
     Medium.objects.filter(pk=medium.pk).update(state=MediaState.FAILED, detail=reason[:300])
     request = DecommissionRequest.objects.select_for_update(no_key=True).get(pk=medium.request_id)
     event_append(request=request, medium=medium, step=f"{medium.media_type}.stop", result="needs a person",
