@@ -17,6 +17,12 @@ real-format nvme-cli / tpm2 / nvidia-smi outputs, through the same service the H
 - ``verify_per_s``: offline verification (``decommission.verify.verify_document``: signature, completeness,
   carried events) of 10,000 certificate files, per second, in this process.
 
+The clock starts when both workers answer a ping (their start-up is not under test). The ``cpu:`` line gives
+the CPU seconds the workers and this process (the agents, validation, certification) spent from then to the
+last certificate, per server: on a shared machine the figure to compare, since wall time depends on the load.
+``--profile DIR`` runs the workers under py-spy (collapsed stacks, ``DIR/worker-N.txt``) and this process under
+pyinstrument (``DIR/bench.txt``).
+
 The last line of output is one JSON object: ``certify_s``, ``verify_per_s``.
 """
 
@@ -25,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -59,6 +66,37 @@ def seed(n: int, sim_url: str) -> list:  # type: ignore[type-arg]
             pci_bus_id=f"0000:{slot:02x}:00.0", state=GpuState.IN_SERVICE)
         for s in servers for slot in range(8))
     return servers
+
+
+def worker_children(proc: subprocess.Popen) -> list[int]:  # type: ignore[type-arg]
+    try:
+        return [int(c) for c in Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()]
+    except OSError:
+        return []
+
+
+def workers_cpu(workers: list[subprocess.Popen]) -> float:  # type: ignore[type-arg]
+    """CPU seconds (user + system) of the worker processes and their children so far (Linux ``/proc``)."""
+    total = 0.0
+    tick = os.sysconf("SC_CLK_TCK")
+    for pid in [p.pid for p in workers] + [c for p in workers for c in worker_children(p)]:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / tick
+    return total
+
+
+def workers_ready(n: int, timeout: float = 180) -> None:
+    """Wait until ``n`` workers answer a ping: their start-up (Django set-up, checks) is not under test."""
+    from fleet.celery import app
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if len(app.control.ping(timeout=1.0)) >= n:
+            return
+    sys.exit("timed out: the workers did not start")
 
 
 def wait(check, timeout: float, what: str, tick: bool = True) -> None:  # type: ignore[no-untyped-def]
@@ -109,11 +147,21 @@ def run(args: argparse.Namespace, url: str, broker: str) -> dict[str, float]:  #
         say(f"setup: {args.servers:,} servers, {args.servers * 8:,} GPUs, request approved and drained in "
             f"{setup_s:.1f} s")
         env = {**os.environ, "LOG_LEVEL": "WARNING"}
-        workers.extend(subprocess.Popen(  # noqa: S603 - our own interpreter
-            [sys.executable, "-m", "celery", "-A", "fleet", "worker", "--pool", "solo", "--loglevel",
-             "WARNING", "--without-heartbeat", "--without-gossip", "--without-mingle"],
-            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for _ in range(args.workers))
-        time.sleep(3)  # the workers connect
+        command = [sys.executable, "-m", "celery", "-A", "fleet", "worker", "--pool", "solo", "--loglevel",
+                   "WARNING", "--without-heartbeat", "--without-gossip", "--without-mingle"]
+        for n in range(args.workers):
+            wrap = [str(Path(sys.executable).parent / "py-spy"), "record", "--rate", "50", "--format", "raw", "--output",  # an optional profile
+                    str(Path(args.profile) / f"worker-{n}.txt"), "--"] if args.profile else []
+            workers.append(subprocess.Popen(  # noqa: S603 - our own interpreter
+                wrap + command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        workers_ready(len(workers))
+        cpu0, own0, sim0 = workers_cpu(workers), time.process_time(), workers_cpu([sim.proc])
+        profiler = None
+        if args.profile:
+            from pyinstrument import Profiler
+
+            profiler = Profiler(async_mode="disabled")
+            profiler.start()
 
         t0 = time.perf_counter()
         services.request_inventory_start(request=request, actor=operator)
@@ -146,6 +194,14 @@ def run(args: argparse.Namespace, url: str, broker: str) -> dict[str, float]:  #
         say(f"certify: {args.servers:,} servers, {media:,} media, {certs:,} certificates in {certify_s:.1f} s "
             f"(inventory {t_inv:.1f} s, agents uploaded by {t_agents:.1f} s, sanitized {t_san:.1f} s, "
             f"validated {t_val:.1f} s, certified {certify_s:.1f} s; {loadavg()})")
+        worker_cpu, own_cpu = workers_cpu(workers) - cpu0, time.process_time() - own0
+        sim_cpu = workers_cpu([sim.proc]) - sim0
+        if profiler is not None:
+            profiler.stop()
+            (Path(args.profile) / "bench.txt").write_text(profiler.output_text(show_all=False))
+        say(f"cpu: workers {worker_cpu:.1f} s ({worker_cpu / args.servers * 1000:.0f} ms per server), this process "
+            f"(agents, validation, certification) {own_cpu:.1f} s ({own_cpu / args.servers * 1000:.0f} ms per server), "
+            f"the simulator {sim_cpu:.1f} s")
 
         keys = public_keys()
         docs = [json.loads(json.dumps(d)) for d in Certificate.objects.filter(kind="medium").values_list(
@@ -160,6 +216,14 @@ def run(args: argparse.Namespace, url: str, broker: str) -> dict[str, float]:  #
         return {"certify_s": round(certify_s, 1), "verify_per_s": round(verify_per_s)}
     finally:
         for proc in workers:
+            for child in worker_children(proc) if args.profile else ():  # py-spy writes when its child exits
+                os.kill(child, signal.SIGTERM)
+        for proc in workers:
+            if args.profile:
+                try:
+                    proc.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    pass
             proc.terminate()
         for proc in workers:
             try:
@@ -175,6 +239,7 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--verify", type=int, default=10_000)
     parser.add_argument("--agents", type=int, default=4, help="host agents uploading at once (default 4)")
+    parser.add_argument("--profile", default="", help="a folder: run the workers under py-spy (collapsed stacks)")
     args = parser.parse_args()
     url = bench_database_url(os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/fleet_bench_decom"),
                              "fleet_bench_decom")

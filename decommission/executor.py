@@ -28,6 +28,7 @@ from decommission.models import Asset, AssetState, EvidenceEvent, MediaState, Me
 from decommission.services.agent import agent_media, agent_media_done
 from decommission.services.evidence import event_append, events_append_many
 from decommission.services.steps import Outcome, media_finish_many, medium_stop, outcomes_write
+from fleet import bulk
 from fleet.audit import SystemActor
 from fleet.execution import (
     Lease,
@@ -46,6 +47,9 @@ from fleet.redfish import BmcError, ErrorKind, RedfishSession, session_for
 logger = logging.getLogger(__name__)
 WORKER = SystemActor("decommission-worker")
 RETRY = RetryPolicy(attempts=6, base_seconds=2.0, max_seconds=60.0)
+# Waiting for the host agent is not polled: its upload sets the asset due again. This is only the safety net
+# (an upload whose wake-up raced a worker's release is also caught: the worker looks again after releasing).
+AGENT_WAIT_SECONDS = 30.0
 DONE, WAIT, STOP = "done", "wait", "stop"
 # (media type, Redfish action below the medium's target, request body, sent as a task?)
 ACTIONS: dict[str, tuple[str, dict]] = {
@@ -66,6 +70,10 @@ class Ctx:
     budget: TimeBudget
     wait_seconds: float = 0.0
     outcomes: list[Outcome] = field(default_factory=list)
+    running: list[Medium] = field(default_factory=list)  # tasks started: written with the next outcomes
+    asset_fields: dict[str, object] = field(default_factory=dict)  # written with the next outcomes
+    archived: set[int] = field(default_factory=set)  # media whose logs are archived
+    waits_for_agent: bool = False
 
     def done(self, medium: Medium, state: str, **kwargs: object) -> None:
         """An outcome, written with the next fenced record or at the end of the run (one transaction)."""
@@ -73,9 +81,11 @@ class Ctx:
         self.outcomes.append(Outcome(medium=medium, state=state, **kwargs))  # type: ignore[arg-type]
 
     def flush(self) -> None:
-        """Write the outcomes so far (inside the caller's transaction)."""
-        outcomes, self.outcomes = self.outcomes, []
-        outcomes_write(outcomes, actor=WORKER)
+        """Write the started tasks and the outcomes so far (inside the caller's transaction)."""
+        running = [m for m in self.running if m.state == MediaState.RUNNING]  # not finished in this pass
+        outcomes, self.outcomes, self.running = self.outcomes, [], []
+        bulk.update(Medium, running, ["state", "task_uri"])
+        outcomes_write(outcomes, actor=WORKER, request=self.asset.request)
 
 
 def _archive_logs(ctx: Ctx, medium: Medium, manager: str) -> dict:
@@ -87,29 +97,45 @@ def _archive_logs(ctx: Ctx, medium: Medium, manager: str) -> dict:
             "detail": {"entries": len(entries.get("Members", [])), "sha256": sha256_hex(raw)}}
 
 
-def _write_outcomes(ctx: Ctx, archives: list[dict]) -> None:
-    """The pass's outcomes and log archives in their own transaction, committed without waiting for the WAL
-    flush: the request row (the chain's lock) is then held for microseconds, not for an fsync. The fenced record
-    that follows (synchronous) flushes the WAL up to and past this commit, so what it guards is durable first; a
-    crash before that loses these rows atomically, and their media are reconciled from the device again."""
-    if not ctx.outcomes and not archives:
+def _write(ctx: Ctx, archives: list[dict]) -> None:
+    """The pass's outcomes, started tasks, log archives and asset fields so far (inside the caller's
+    transaction, which holds the asset's row: the asset, then its chain, then the request when it finishes)."""
+    ctx.flush()
+    if archives:
+        events_append_many(request=ctx.asset.request, actor=WORKER,
+                           items=[{k: v for k, v in a.items() if k != "request"} for a in archives])
+        ctx.archived.update(a["medium"].pk for a in archives)
+    if ctx.asset_fields:
+        fields, ctx.asset_fields = ctx.asset_fields, {}
+        Asset.objects.filter(pk=ctx.asset.pk).update(**fields)
+
+
+def _write_outcomes(ctx: Ctx) -> None:
+    """The end of a pass: what is left to write, committed without waiting for the WAL flush (a crash loses
+    these rows atomically; their media are still ``sending``/``running`` and are reconciled from the device)."""
+    if not ctx.outcomes and not ctx.running and not ctx.asset_fields:
         return
     with transaction.atomic():
         if connection.vendor == "postgresql":
             with connection.cursor() as cursor:
                 cursor.execute("SET LOCAL synchronous_commit TO off")
-        Asset.objects.select_for_update().filter(pk=ctx.asset.pk).values_list("pk").get()  # asset, then request
-        ctx.flush()
-        if archives:
-            events_append_many(request=ctx.asset.request, actor=WORKER,
-                               items=[{k: v for k, v in a.items() if k != "request"} for a in archives])
+        # the asset, then the request
+        Asset.objects.select_for_update(no_key=True).filter(pk=ctx.asset.pk).values_list("pk").get()
+        _write(ctx, [])
 
 
 def _fenced(ctx: Ctx, record: Callable[[], None] | None = None, archive: dict | list[dict] | None = None) -> None:
-    """Write the outcomes so far and the log archives, then prove the lease and record "about to send" (one
-    flushed transaction that does not touch the request row)."""
-    _write_outcomes(ctx, archive if isinstance(archive, list) else [archive] if archive else [])
-    fenced(ctx.lease, record, renew_seconds=settings.DECOMMISSION_LEASE_SECONDS)
+    """Prove the lease, write the outcomes so far and the log archives, and record "about to send": ONE flushed
+    transaction (the asset's row is locked by the lease check; the request's row is not touched). A worker whose
+    lease was taken writes nothing: the new holder reconciles those media from the device."""
+    archives = archive if isinstance(archive, list) else [archive] if archive else []
+
+    def write_and_record() -> None:
+        _write(ctx, archives)
+        if record is not None:
+            record()
+
+    fenced(ctx.lease, write_and_record, renew_seconds=settings.DECOMMISSION_LEASE_SECONDS)
 
 
 def _reconcile(ctx: Ctx, medium: Medium) -> Callable[[], Trace]:
@@ -134,8 +160,7 @@ def _redfish_step(ctx: Ctx, medium: Medium) -> str:
     action, body = ACTIONS[medium.media_type]
     if medium.state == MediaState.PENDING:
         archive = None
-        if medium.media_type in (MediaType.HMC_FLASH, MediaType.BMC_FLASH) and \
-                not medium.events.filter(step="logs.archive").exists():
+        if medium.media_type in (MediaType.HMC_FLASH, MediaType.BMC_FLASH) and medium.pk not in ctx.archived:
             archive = _archive_logs(ctx, medium, medium.target_uri)
             if medium.media_type == MediaType.BMC_FLASH:  # the BMC's own log is cleared now; its reset comes last
                 _fenced(ctx, archive=archive)
@@ -160,8 +185,7 @@ def _redfish_step(ctx: Ctx, medium: Medium) -> str:
             medium.state = MediaState.PENDING
             return _redfish_step(ctx, medium)
         if verdict == Verdict.INCONCLUSIVE:
-            with transaction.atomic():
-                ctx.flush()
+            _write_outcomes(ctx)
             medium_stop(medium=medium, actor=WORKER,
                         reason="the send was ambiguous and the BMC cannot show whether it landed: a person decides")
             return STOP
@@ -199,9 +223,9 @@ def _send(ctx: Ctx, medium: Medium, action: str, body: dict) -> str:
         return STOP
     if medium.media_type == MediaType.BMC_FLASH:
         ctx.session.expect_reboot()
-    if response.task_location:
-        Medium.objects.filter(pk=medium.pk).update(state=MediaState.RUNNING, task_uri=response.task_location)
+    if response.task_location:  # written with the pass's outcomes: if lost, ``sending`` is reconciled
         medium.state, medium.task_uri = MediaState.RUNNING, response.task_location
+        ctx.running.append(medium)
         return _poll(ctx, medium)
     ctx.done(medium, MediaState.SANITIZED, tool="redfish", tool_version="1.17",
              command=f"POST {medium.target_uri}{action}", output=f"HTTP {response.status}",
@@ -232,8 +256,7 @@ def _power_off_and_volatile(ctx: Ctx, media: list[Medium]) -> str:
         if system.get("PowerState") not in ("Off", None):
             ctx.wait_seconds = settings.DECOMMISSION_POLL_SECONDS
             return WAIT
-        asset.powered_off_at = timezone.now()
-        Asset.objects.filter(pk=asset.pk).update(powered_off_at=asset.powered_off_at)
+        asset.powered_off_at = ctx.asset_fields["powered_off_at"] = timezone.now()  # written with the outcomes
     for medium in [m for m in media if m.media_type == MediaType.GPU_HBM and m.state == MediaState.PENDING]:
         ctx.done(medium, MediaState.SANITIZED, tool="redfish+nvidia-smi",
                  reason=f"no compute contexts, GPU reset, power removed at {asset.powered_off_at.isoformat()}",
@@ -253,8 +276,8 @@ def _first_batch(ctx: Ctx, by_type: dict[str, list[Medium]]) -> None:
     about to be sent in ONE fenced transaction, clear the BMC's log, then send each (a crash in between leaves
     the unsent ones ``sending``: reconciled from the device, sent only if it shows they did not land)."""
     first = [m for t in FIRST for m in by_type.get(t, []) if m.state == MediaState.PENDING and m.target_uri]
-    archived = set(EvidenceEvent.objects.filter(asset=ctx.asset, step="logs.archive").values_list("medium_id",
-                                                                                                 flat=True))
+    ctx.archived = archived = set(EvidenceEvent.objects.filter(asset=ctx.asset, step="logs.archive").values_list(
+        "medium_id", flat=True))
     bmc = [m for m in by_type.get(MediaType.BMC_FLASH, []) if m.state == MediaState.PENDING and m.pk not in archived]
     logs = [m for m in first if m.media_type == MediaType.HMC_FLASH and m.pk not in archived] + bmc
     if not first and not bmc:
@@ -279,8 +302,8 @@ def asset_run(ctx: Ctx) -> str:
     _first_batch(ctx, by_type)
     for stage in PLAN:
         if stage == "agent":
-            if agent_media(ctx.asset) and not agent_media_done(ctx.asset):
-                ctx.wait_seconds = settings.DECOMMISSION_POLL_SECONDS
+            if agent_media(ctx.asset, media) and not agent_media_done(ctx.asset, media):
+                ctx.wait_seconds, ctx.waits_for_agent = AGENT_WAIT_SECONDS, True  # its upload wakes the asset
                 return WAIT
             continue
         if stage == MediaType.GPU_INFOROM:
@@ -327,10 +350,12 @@ def run_due(*, limit: int | None = None) -> int:
         except BmcError as exc:  # the BMC is unreachable or rebooting: come back later
             logger.info("decommission: %s: %s", asset, exc)
             outcome, ctx.wait_seconds = WAIT, RETRY.delay(1)
-        _write_outcomes(ctx, [])  # the outcomes of this pass
+        _write_outcomes(ctx)  # the outcomes of this pass
         ran += 1
         if outcome == WAIT:
             lease_release(lease, next_run_at=timezone.now() + dt.timedelta(seconds=ctx.wait_seconds))
+            if ctx.waits_for_agent and agent_media_done(asset):  # the upload landed while we held the lease
+                Asset.objects.filter(pk=asset.pk, lease_owner="").update(next_run_at=timezone.now())
         elif outcome == STOP:  # a device failure: the medium is pending again (or escalated); back off
             lease_release(lease, next_run_at=timezone.now() + dt.timedelta(seconds=RETRY.delay(2)))
         else:

@@ -52,7 +52,7 @@ def media_for(*, request: DecommissionRequest) -> QuerySet[Medium]:
 
 def events_for(*, request: DecommissionRequest) -> QuerySet[EvidenceEvent]:
     return EvidenceEvent.objects.filter(request=request).select_related("medium", "asset").defer("output").order_by(
-        "seq")
+        "id")
 
 
 def certificates_for(*, request: DecommissionRequest | None = None) -> QuerySet[Certificate]:
@@ -71,4 +71,4 @@ def policy_table() -> QuerySet[PolicyRule]:
 
 
 def events_for_all() -> QuerySet[EvidenceEvent]:
-    return EvidenceEvent.objects.defer("output").order_by("request_id", "seq", "id")
+    return EvidenceEvent.objects.defer("output").order_by("request_id", "id")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from celery import shared_task
 from django.conf import settings
+from django.db.models import Q
+from django.utils import timezone
 
 from decommission.executor import run_due
 from decommission.inventory_run import inventory_collect
@@ -19,8 +21,12 @@ MAX_RUNS_PER_TICK = 64
 
 @shared_task(name="decommission.tasks.tick_task", ignore_result=True)
 def tick_task() -> int:
-    """Beat (every 10 s) and every start/resume: send enough run messages for the due assets."""
-    due = Asset.objects.filter(state__in=(AssetState.SANITIZING,), request__state=RequestState.SANITIZING).count()
+    """Beat (every 10 s) and every start/resume: send enough run messages for the assets due now (one waiting
+    for its host agent or a poll is not: no empty runs, each of which costs the worker a database connection)."""
+    now = timezone.now()
+    due = Asset.objects.filter(state=AssetState.SANITIZING, request__state=RequestState.SANITIZING).filter(
+        Q(next_run_at__isnull=True) | Q(next_run_at__lte=now)).filter(
+        Q(lease_until__isnull=True) | Q(lease_until__lt=now)).count()
     runs = min(MAX_RUNS_PER_TICK, -(-due // settings.DECOMMISSION_CHUNK))
     waiting = DecommissionRequest.objects.filter(state=RequestState.DRAINED, events__step="inventory",
                                                  events__result="requested", media__isnull=True).distinct()

@@ -15,6 +15,7 @@ urlpatterns = [
     path("decommission/<int:pk>/certificates/", views.certificate_list, name="certificate-list"),
     path("decommission/certificates/<uuid:cert_id>/download/", views.certificate_download,
          name="certificate-download"),
+    path("decommission/certificates/<uuid:cert_id>/pdf/", views.certificate_pdf_download, name="certificate-pdf"),
     path("decommission/certificates/<uuid:cert_id>/verify/", views.certificate_check, name="certificate-verify"),
     path("decommission/agent/script/", views.agent_script_view, name="agent-script"),
 ]

@@ -19,6 +19,7 @@ from django.views.decorators.http import require_GET, require_POST
 from decommission import forms, lifecycle, selectors, services
 from decommission.files import certificate_filename, certificate_json
 from decommission.models import Certificate, MediaType, RequestState
+from decommission.pdf import certificate_pdf, certificate_pdf_filename
 from decommission.policy import METHODS, at_least, minimum_level, required_level
 from decommission.services.agent import agent_script
 from decommission.services.certificates import certificate_verify
@@ -83,7 +84,7 @@ def _detail_context(request: HtmxHttpRequest, obj: Any) -> dict[str, Any]:
     return {"section": "decommission-detail", "obj": obj, "actions": actions,
             "assets": selectors.asset_progress(request=obj)[:200],
             "media": selectors.media_for(request=obj)[:400],
-            "events": list(selectors.events_for(request=obj).order_by("-seq")[:100]),
+            "events": list(selectors.events_for(request=obj).order_by("-id")[:100]),
             "bundles": certs, "custody": selectors.custody_for(request=obj), "live": obj.state in LIVE_STATES,
             "custody_form": forms.CustodyForm(initial={"count": obj.assets.count()}),
             "can_custody": has_role(request.user, "operator") and obj.state in (
@@ -163,6 +164,15 @@ def certificate_download(request: HtmxHttpRequest, cert_id: str) -> HttpResponse
     cert = get_object_or_404(Certificate.objects.select_related("asset", "medium"), pk=cert_id)
     response = HttpResponse(certificate_json(cert), content_type="application/json")
     response["Content-Disposition"] = f'attachment; filename="{certificate_filename(cert)}"'
+    return response
+
+
+@viewer_required
+def certificate_pdf_download(request: HtmxHttpRequest, cert_id: str) -> HttpResponse:
+    """The PDF rendering (id and the JSON file's SHA-256 on top); the JSON download is the record."""
+    cert = get_object_or_404(Certificate.objects.select_related("asset", "medium"), pk=cert_id)
+    response = HttpResponse(certificate_pdf(cert), content_type="application/pdf")
+    response["Content-Disposition"] = f'attachment; filename="{certificate_pdf_filename(cert)}"'
     return response
 
 

@@ -14,8 +14,9 @@ from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.db.models import QuerySet
 from django.http import HttpResponse
 from django.urls import reverse
+from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiResponse, extend_schema
-from rest_framework import mixins, status, viewsets
+from rest_framework import mixins, renderers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import PermissionDenied
 from rest_framework.permissions import AllowAny
@@ -28,6 +29,7 @@ from decommission.api import serializers as s
 from decommission.files import certificate_filename, certificate_json
 from decommission.filters import CertificateFilter, EventFilter, RequestFilter
 from decommission.models import Asset, Certificate, DecommissionRequest, PolicyRule, Processor
+from decommission.pdf import certificate_pdf, certificate_pdf_filename
 from decommission.services.agent import agent_results_submit, agent_token_issue
 from decommission.services.certificates import certificate_verify
 from fleet.api import ErrorSerializer, FleetAutoSchema, NewestFirstCursorPagination, with_request_id
@@ -209,7 +211,7 @@ class RequestViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.
 
 
 class EventViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
-    """Evidence events (append-only, hash-chained per request), in chain order."""
+    """Evidence events (append-only; hash-chained per asset and in the request's own chain), in the order written."""
 
     schema = FleetAutoSchema()
     serializer_class = s.EvidenceEventSerializer
@@ -217,6 +219,17 @@ class EventViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
 
     def get_queryset(self) -> QuerySet:
         return selectors.events_for_all()
+
+
+class PdfRenderer(renderers.BaseRenderer):
+    """Selects ``application/pdf`` for the PDF action (the view answers the bytes; errors render as JSON)."""
+
+    media_type = "application/pdf"
+    format = "pdf"
+    charset = None
+
+    def render(self, data: Any, accepted_media_type: str | None = None, renderer_context: Any = None) -> bytes:
+        return data if isinstance(data, bytes) else b""
 
 
 class CertificateViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
@@ -236,6 +249,17 @@ class CertificateViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, views
         cert = self.get_object()
         response = HttpResponse(certificate_json(cert), content_type="application/json")
         response["Content-Disposition"] = f'attachment; filename="{certificate_filename(cert)}"'
+        return response
+
+    @extend_schema(responses={(200, "application/pdf"): OpenApiResponse(
+        OpenApiTypes.BINARY, description="A rendering for people: the certificate id and the SHA-256 of the signed "
+                                         "JSON file on top, the Appendix G fields below. The JSON is the record.")})
+    @action(detail=True, methods=["get"], renderer_classes=[PdfRenderer])
+    def pdf(self, request: Request, pk: str | None = None) -> HttpResponse:
+        """The certificate as a PDF (beside ``download``, the signed JSON file, which is the record)."""
+        cert = self.get_object()
+        response = HttpResponse(certificate_pdf(cert), content_type="application/pdf")
+        response["Content-Disposition"] = f'attachment; filename="{certificate_pdf_filename(cert)}"'
         return response
 
     @extend_schema(request=None, responses=s.CertificateVerifySerializer)

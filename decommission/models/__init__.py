@@ -16,6 +16,7 @@ from decommission.models.requests import (
     Asset,
     AssetState,
     Category,
+    ChainLayout,
     DecommissionRequest,
     Destination,
     Level,
@@ -28,6 +29,6 @@ from decommission.models.requests import (
 )
 
 __all__ = ["DESTINATION_FACTS", "LEVEL_RANK", "AgentToken", "Asset", "AssetState", "Category", "Certificate",
-           "CertificateKind", "CustodyKind", "CustodyTransfer", "DecommissionRequest", "Destination", "EvidenceEvent",
+           "CertificateKind", "ChainLayout", "CustodyKind", "CustodyTransfer", "DecommissionRequest", "Destination", "EvidenceEvent",
            "Level", "MediaState", "MediaType", "Medium", "Outcome", "PolicyRule", "Processor", "RequestState",
            "SigningKey"]

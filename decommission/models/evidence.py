@@ -1,4 +1,4 @@
-"""Append-only records: evidence events (hash-chained per request), certificates, signing keys' public halves,
+"""Append-only records: evidence events (hash-chained per asset and per request), certificates, signing keys' public halves,
 custody hand-offs, downstream processors and host-agent tokens. PostgreSQL refuses UPDATE and DELETE on the
 evidence and certificate tables (a trigger, migration 0002); a correction is a new event."""
 
@@ -7,6 +7,7 @@ from __future__ import annotations
 import uuid
 
 from django.db import models
+from django.db.models import Q
 
 from decommission.models.requests import Asset, DecommissionRequest, Medium
 
@@ -31,11 +32,18 @@ class EvidenceEvent(models.Model):
     hash = models.CharField(max_length=64)
 
     class Meta:
-        ordering = ["request", "seq"]
-        constraints = [models.UniqueConstraint(fields=["request", "seq"], name="decom_event_seq_unique")]
+        ordering = ["request", "id"]
+        constraints = [
+            # ``seq`` counts within the event's chain: the request's own (no asset), or its asset's.
+            models.UniqueConstraint(fields=["request", "seq"], name="decom_event_request_seq_unique",
+                                    condition=Q(asset__isnull=True)),
+            models.UniqueConstraint(fields=["asset", "seq"], name="decom_event_asset_seq_unique",
+                                    condition=Q(asset__isnull=False)),
+        ]
 
     def __str__(self) -> str:
-        return f"DR-{self.request_id}#{self.seq} {self.step} {self.result}"
+        chain = f"/{self.asset_id}" if self.asset_id else ""
+        return f"DR-{self.request_id}{chain}#{self.seq} {self.step} {self.result}"
 
 
 class SigningKey(models.Model):

@@ -30,8 +30,8 @@ from decommission.models import (
 )
 from decommission.parsers import ParseError, nvme_verdict, parse_id_ctrl, parse_sanitize_log
 from decommission.policy import USER_DATA
-from decommission.services.evidence import event_append
-from decommission.services.steps import medium_finish
+from decommission.services.evidence import event_append, events_append_many
+from decommission.services.steps import Outcome, outcomes_write
 from fleet.audit import Actor, audit_write
 from fleet.models import AuditAction
 
@@ -52,7 +52,7 @@ def agent_token_issue(*, asset: Asset, actor: Actor | None) -> tuple[AgentToken,
         raise ValidationError({"asset": f"DR-{asset.request_id} is '{state}', not sanitizing."})
     # Lock order: the asset, then the request (as the workers' fenced records do), or the deferred foreign-key
     # check of the new rows would take the asset after the request lock: a deadlock with a running worker.
-    Asset.objects.select_for_update().filter(pk=asset.pk).values_list("pk").get()
+    Asset.objects.select_for_update(no_key=True).filter(pk=asset.pk).values_list("pk").get()
     raw = secrets.token_urlsafe(32)
     token = AgentToken.objects.create(
         asset=asset, token_sha256=_digest(raw),
@@ -96,10 +96,14 @@ def _claim(raw: str, server: str, *, stage: str) -> AgentToken:
     return token
 
 
-def agent_media(asset: Asset) -> list[Medium]:
-    """What the agent works on: TPM, GPU HBM, and NVMe drives the BMC cannot erase (no Redfish resource)."""
-    return [m for m in Medium.objects.filter(asset=asset).order_by("media_type", "serial", "id")
-            if m.media_type in AGENT_MEDIA or (m.media_type == MediaType.NVME and not m.target_uri)]
+def agent_media(asset: Asset, media: list[Medium] | None = None) -> list[Medium]:
+    """What the agent works on: TPM, GPU HBM, and NVMe drives the BMC cannot erase (no Redfish resource);
+    ``media``: the asset's media already loaded (else they are read)."""
+    if media is None:
+        media = list(Medium.objects.filter(asset=asset))
+    return sorted((m for m in media if m.media_type in AGENT_MEDIA or (m.media_type == MediaType.NVME
+                                                                        and not m.target_uri)),
+                  key=lambda m: (m.media_type, m.serial, m.pk))
 
 
 def agent_script(*, raw_token: str, server: str, upload_url: str) -> str:
@@ -107,7 +111,8 @@ def agent_script(*, raw_token: str, server: str, upload_url: str) -> str:
     token = _claim(raw_token, server, stage="fetch")
     media = agent_media(token.asset)
     with transaction.atomic():
-        Asset.objects.select_for_update().filter(pk=token.asset_id).values_list("pk").get()  # asset, then request
+        # the asset, then the request
+        Asset.objects.select_for_update(no_key=True).filter(pk=token.asset_id).values_list("pk").get()
         event_append(request=token.asset.request, asset=token.asset, step="agent.script", result="fetched",
                      actor=None, detail={"server": server, "media": [m.serial for m in media]})
     return render_to_string("decommission/agent.sh", {
@@ -153,7 +158,8 @@ def agent_results_submit(*, raw_token: str, server: str, results: list[dict[str,
     _claim(raw_token, server, stage="upload")
     with transaction.atomic():
         asset_id = AgentToken.objects.filter(token_sha256=_digest(raw_token)).values_list("asset_id", flat=True).get()
-        Asset.objects.select_for_update().filter(pk=asset_id).values_list("pk").get()  # asset, then request
+        # the asset, then the request
+        Asset.objects.select_for_update(no_key=True).filter(pk=asset_id).values_list("pk").get()
         token = AgentToken.objects.select_for_update(of=("self",)).select_related(
             "asset__server", "asset__request").get(token_sha256=_digest(raw_token))
         if token.used_at is not None:  # another upload won the race
@@ -202,24 +208,26 @@ def _submit(token: AgentToken, results: list[dict[str, Any]], actor: Actor | Non
     gpus_ok = bool(gpu_apps and not gpu_apps["output"].strip() and gpu_reset and int(gpu_reset["exit_code"]) == 0)
     token.used_at = timezone.now()
     token.save(update_fields=["used_at"])
-    for d in decisions:
-        medium_finish(medium=d.medium, state=d.state, actor=actor, tool=d.result.get("tool", ""),
-                      tool_version=d.result.get("tool_version", ""), command=d.result.get("command", ""),
-                      output=d.result.get("output", ""), reason=d.reason, device_failure=d.device_failure,
-                      detail={"exit_code": d.result.get("exit_code")})
-    for step in ("nvidia-smi.compute-apps", "nvidia-smi.reset"):
-        item = by_serial.get("", {}).get(step)
-        if item is not None:
-            event_append(request=asset.request, asset=asset, step=f"gpu.{step.split('.')[1]}",
-                         tool="nvidia-smi", tool_version=item.get("tool_version", ""), command=item.get("command", ""),
-                         output=item["output"], result="ok" if gpus_ok else "failed", actor=actor,
-                         detail={"exit_code": item.get("exit_code")})
+    # The GPU reset first, then every medium's outcome: one chain lock and one insert each (the asset's chain).
+    events_append_many(request=asset.request, actor=actor, items=[
+        {"asset": asset, "step": f"gpu.{step.split('.')[1]}", "tool": "nvidia-smi",
+         "tool_version": item.get("tool_version", ""), "command": item.get("command", ""), "output": item["output"],
+         "result": "ok" if gpus_ok else "failed", "detail": {"exit_code": item.get("exit_code")}}
+        for step in ("nvidia-smi.compute-apps", "nvidia-smi.reset")
+        if (item := by_serial.get("", {}).get(step)) is not None])
+    outcomes_write([Outcome(medium=d.medium, state=d.state, tool=d.result.get("tool", ""),
+                            tool_version=d.result.get("tool_version", ""), command=d.result.get("command", ""),
+                            output=d.result.get("output", ""), reason=d.reason, device_failure=d.device_failure,
+                            detail={"exit_code": d.result.get("exit_code")}) for d in decisions], actor=actor)
     Asset.objects.filter(pk=asset.pk, state=AssetState.SANITIZING).update(next_run_at=timezone.now())
     return decisions
 
 
-def agent_media_done(asset: Asset) -> bool:
-    """The agent's part is done: its NVMe and TPM media are finished and the GPU reset was reported."""
-    pending = [m for m in agent_media(asset) if m.media_type in USER_DATA and m.state == MediaState.PENDING]
-    return not pending and (not Medium.objects.filter(asset=asset, media_type=MediaType.GPU_HBM).exists()
+def agent_media_done(asset: Asset, media: list[Medium] | None = None) -> bool:
+    """The agent's part is done: its NVMe and TPM media are finished and the GPU reset was reported
+    (``media``: the asset's media already loaded, else they are read)."""
+    if media is None:
+        media = list(Medium.objects.filter(asset=asset))
+    pending = [m for m in agent_media(asset, media) if m.media_type in USER_DATA and m.state == MediaState.PENDING]
+    return not pending and (not any(m.media_type == MediaType.GPU_HBM for m in media)
                             or asset.events.filter(step="gpu.reset", result="ok").exists())

@@ -88,10 +88,18 @@ def public_keys_document() -> dict[str, Any]:
 
 def sign(body: dict[str, Any], *, key: SigningKey, private: Ed25519PrivateKey) -> dict[str, Any]:
     """The signed file for ``body`` (``body['key_id']`` is set to the key's id before signing)."""
+    return sign_hashed(body, key=key, private=private)[0]
+
+
+def sign_hashed(body: dict[str, Any], *, key: SigningKey, private: Ed25519PrivateKey,
+                check: bool = True) -> tuple[dict[str, Any], str]:
+    """:func:`sign` and the body's SHA-256 (:func:`body_sha256`) from one canonical encoding; ``check=False``
+    skips the no-float walk for a body whose values are known to be strings and integers."""
     body = {**body, "key_id": key.key_id}
-    signature = private.sign(canonical(body))
+    data = canonical(body, check=check)
+    signature = private.sign(data)
     return {"certificate": body, "signature": {"algorithm": "Ed25519", "key_id": key.key_id,
-                                               "value": base64.b64encode(signature).decode()}}
+                                               "value": base64.b64encode(signature).decode()}}, sha256_hex(data)
 
 
 def body_sha256(document: dict[str, Any]) -> str:

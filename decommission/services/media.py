@@ -53,10 +53,13 @@ def request_record_inventory(*, request: DecommissionRequest, found: Mapping[int
         raise ValidationError({"media": f"Assets {sorted(unknown)} are not in {request}."})
     rows: list[Medium] = []
     seen: set[tuple[str, str]] = set()
+    by_server: dict[int, list[Gpu]] = {}
+    for gpu in Gpu.objects.filter(server__in=[a.server_id for a in assets.values() if a.server_id]).select_related(
+            "model").order_by("id"):  # one query for every server's GPUs
+        by_server.setdefault(gpu.server_id, []).append(gpu)
     for asset in assets.values():
         items = [_clean(i, f"{asset} medium {n + 1}") for n, i in enumerate(found.get(asset.pk, ()))]
-        gpus = list(Gpu.objects.filter(server=asset.server).select_related("model").order_by("id")) \
-            if asset.server_id else [asset.gpu]
+        gpus = by_server.get(asset.server_id, []) if asset.server_id else [asset.gpu]
         if asset.server_id and asset.pk not in found:
             raise ValidationError({"media": f"{asset}: no media were reported by its BMC."})
         for gpu in gpus:

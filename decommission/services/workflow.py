@@ -29,7 +29,7 @@ from decommission.models import (
     RequestState,
 )
 from decommission.policy import minimum_level
-from decommission.services.evidence import chain_verify, event_append
+from decommission.services.evidence import anchors_detail, chain_verify, event_append
 from fleet.audit import Actor, audit_write
 from fleet.dispatch import send_on_commit
 from fleet.models import AuditAction
@@ -277,8 +277,10 @@ def request_validate(*, request: DecommissionRequest, actor: Actor | None, notes
     check = chain_verify(request=request)
     if not check.ok:
         raise ValidationError(f"The evidence chain is broken: {check.reason}.")
-    return _move(request, action, actor, validated_by=actor if getattr(actor, "pk", None) else None,
-                 detail={"notes": notes, "chain_head": check.head})
+    detail: dict[str, Any] = {"notes": notes, "chain_head": check.head}
+    if check.heads:  # every asset chain's head, anchored in the request's chain by the validation event itself
+        detail["anchors"] = anchors_detail(check.heads)
+    return _move(request, action, actor, validated_by=actor if getattr(actor, "pk", None) else None, detail=detail)
 
 
 def request_move(*, request: DecommissionRequest, action_name: str, actor: Actor | None,

@@ -133,3 +133,51 @@ def test_legal_hold_stops_the_workers(sim, users):
     services.request_hold(request=r, reason="Matter 5", actor=users["approver"])
     assert run_due() == 0
     assert not Medium.objects.filter(request=r).exclude(state="pending").exists()
+
+
+def test_query_budget_and_the_request_lock_once_per_server(sim, users):
+    """The worker's cost per server is pinned: a first pass (BMC actions) and a second pass (after the agent's
+    upload: power-off, BMC reset) within a query budget, and the request's row locked only when a server
+    finishes (its chain anchored), not at every step: the servers' chains are their own."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    r = _request(users, sim, n=2)
+    with CaptureQueriesContext(connection) as first:
+        run_due()
+    for asset in r.assets.all():
+        _agent(asset)
+    Asset.objects.update(next_run_at=timezone.now() - dt.timedelta(seconds=1))
+    with CaptureQueriesContext(connection) as second:
+        run_due()
+    r.refresh_from_db()
+    assert r.state == "verifying"
+
+    def counted(ctx):
+        return [q["sql"] for q in ctx.captured_queries if "SAVEPOINT" not in q["sql"]]
+
+    assert len(counted(first)) <= 2 * 26, len(counted(first))  # measured 24 per server
+    assert len(counted(second)) <= 2 * 52, len(counted(second))  # measured 49 per server
+    request_locks = [q for q in counted(first) + counted(second)
+                     if 'FROM "decommission_decommissionrequest"' in q and "FOR UPDATE" in q]
+    assert not [q for q in counted(first) if q in request_locks], "no request lock while servers run"
+    # in each finishing server's transaction: settle + its anchor; then the request's own move (the last one)
+    assert len(request_locks) <= 2 * 2 + 1, request_locks
+    anchors = r.events.filter(step="chain.anchor", asset__isnull=True)
+    assert sorted(a["asset"] for e in anchors for a in e.detail["anchors"]) == sorted(
+        r.assets.values_list("pk", flat=True))
+
+
+def test_a_server_waiting_for_its_agent_is_not_polled_and_the_upload_wakes_it(sim, users):
+    r = _request(users, sim)
+    asset = r.assets.get()
+    assert run_due() == 1
+    asset.refresh_from_db()
+    assert asset.next_run_at > timezone.now() + dt.timedelta(seconds=20), "parked until the upload, not polled"
+    assert run_due() == 0, "nothing due: the worker does not come back to ask"
+    _agent(asset)
+    asset.refresh_from_db()
+    assert asset.next_run_at <= timezone.now(), "the upload made it due"
+    assert run_due() == 1
+    r.refresh_from_db()
+    assert r.state == "verifying"
