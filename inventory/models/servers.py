@@ -110,7 +110,10 @@ class Gpu(models.Model):
     uuid = models.CharField("UUID", max_length=64, null=True, blank=True, unique=True)
     uuid_raw = models.CharField("UUID as reported", max_length=64, blank=True)
     identity_masked = models.BooleanField(default=False, help_text="Serial or UUID was masked by the tool")
-    model = models.ForeignKey(GpuModel, on_delete=models.PROTECT, related_name="gpus")
+    # The five foreign keys below carry no index of their own: each leads a composite index of Meta.indexes
+    # (model, id), (server, module_id), (site, id), (row, id), (rack, id) that serves the same lookups; five
+    # fewer indexes to maintain on every GPU written (an import of 5,000 new GPUs: ~15 % of its COPY).
+    model = models.ForeignKey(GpuModel, on_delete=models.PROTECT, related_name="gpus", db_index=False)
     board_part_number = models.CharField(max_length=64, blank=True)
     asset_tag = models.CharField(max_length=64, null=True, blank=True, unique=True)
     warranty_end = models.DateField(null=True, blank=True)
@@ -118,16 +121,17 @@ class Gpu(models.Model):
     state_changed_at = models.DateTimeField(null=True, blank=True)
 
     # Placement. ``server`` NULL = not in a server (spares pool, in transit, RMA).
-    server = models.ForeignKey(Server, null=True, blank=True, on_delete=models.PROTECT, related_name="gpus")
+    server = models.ForeignKey(Server, null=True, blank=True, on_delete=models.PROTECT, related_name="gpus",
+                               db_index=False)
     module_id = models.PositiveSmallIntegerField("Slot (module id)", null=True, blank=True)
     pci_bus_id = models.CharField("PCI bus id", max_length=20, blank=True)
     minor_number = models.PositiveSmallIntegerField(null=True, blank=True)
     site = models.ForeignKey(Site, null=True, blank=True, on_delete=models.PROTECT, editable=False,
-                             related_name="gpus")
+                             related_name="gpus", db_index=False)
     row = models.ForeignKey(Row, null=True, blank=True, on_delete=models.PROTECT, editable=False,
-                            related_name="gpus")
+                            related_name="gpus", db_index=False)
     rack = models.ForeignKey(Rack, null=True, blank=True, on_delete=models.PROTECT, editable=False,
-                             related_name="gpus")
+                             related_name="gpus", db_index=False)
 
     # Current firmware, denormalised from the latest observations for filtering and list pages.
     vbios_version = models.CharField("VBIOS", max_length=40, blank=True)
