@@ -245,6 +245,46 @@ def raw_copy_rate(gpus: list[dict], repeats: int = 5) -> float:
     return statistics.median(rates)
 
 
+def imports_measure(args: argparse.Namespace) -> tuple[float, float, float]:
+    """(XML GPUs/s of one import of all files, CSV GPUs/s, raw COPY rows/s), each case printed."""
+    say(f"\nImports via inventory.imports.gpus_import (new GPUs on new hosts; targets XML >= "
+        f"{TARGETS['xml_gpus_per_s']:.0f}/s, CSV >= {TARGETS['csv_gpus_per_s']:.0f}/s)")
+    rng = random.Random(2026)
+    xml_gpus = import_gpus(rng, args.xml_hosts, "benchx", 1_653_000_000_000)
+    template = xml_template()
+    xml_files = [(f"{xml_gpus[i]['hostname']}.xml", xml_file(template, xml_gpus[i:i + 8]), str(xml_gpus[i]["hostname"]))
+                 for i in range(0, len(xml_gpus), 8)]
+    seconds, created = timed_import(xml_files, "nvidia-smi-xml")
+    size = sum(len(f[1]) for f in xml_files)
+    say(f"  nvidia-smi XML  {created:,} GPUs in {len(xml_files)} files ({size / 1e6:.1f} MB), one import per file: "
+        f"{seconds:.2f} s, {created / seconds:,.0f} GPUs/s")
+    batch_gpus = import_gpus(rng, args.xml_hosts, "benchb", 1_656_000_000_000)
+    batch = [(f"{batch_gpus[i]['hostname']}.xml", xml_file(template, batch_gpus[i:i + 8]), str(batch_gpus[i]["hostname"]))
+             for i in range(0, len(batch_gpus), 8)]
+    seconds, created = timed_import_many(batch, "nvidia-smi-xml")
+    xml_rate = created / seconds
+    say(f"  nvidia-smi XML  {created:,} GPUs in {len(batch)} files, ONE import of all (import_gpus DIR "
+        f"--server-from-filename): {seconds:.2f} s, {xml_rate:,.0f} GPUs/s "
+        f"({'ok' if xml_rate >= TARGETS['xml_gpus_per_s'] else 'MISSES TARGET'})")
+    one = import_gpus(rng, min(args.xml_hosts, 125), "benchy", 1_655_000_000_000)  # 1,000 GPUs: 47 MB, under the 64 MB limit
+    big = xml_file(template, one)
+    seconds, created = timed_import([("one-file.xml", big, "")], "nvidia-smi-xml")
+    say(f"  nvidia-smi XML  {created:,} GPUs in ONE file, no --server ({len(big) / 1e6:.1f} MB): {seconds:.2f} s, "
+        f"{created / seconds:,.0f} GPUs/s (the ceiling without per-file overhead; GPUs land unplaced)")
+    csv_gpus = import_gpus(rng, args.csv_hosts, "benchc", 1_654_000_000_000)
+    content = csv_file(csv_gpus)
+    seconds, created = timed_import([("bench.csv", content, "")], "nvidia-smi-csv")
+    csv_rate = created / seconds
+    say(f"  nvidia-smi CSV  {created:,} GPUs in 1 file ({len(content) / 1e6:.1f} MB): {seconds:.2f} s, "
+        f"{csv_rate:,.0f} GPUs/s ({'ok' if csv_rate >= TARGETS['csv_gpus_per_s'] else 'MISSES TARGET'})")
+    seconds, _ = timed_import([("bench.csv", content, "")], "nvidia-smi-csv")
+    say(f"  same CSV again (nothing changes, no writes): {seconds:.2f} s, {len(csv_gpus) / seconds:,.0f} GPUs/s")
+    copy_rate = raw_copy_rate(csv_gpus)
+    say(f"  raw COPY of the same {len(csv_gpus):,} rows into a scratch table: {copy_rate:,.0f} rows/s "
+        f"(import costs {copy_rate / csv_rate:,.0f}x a raw COPY)")
+    return xml_rate, csv_rate, copy_rate
+
+
 # --- main ------------------------------------------------------------------------------------------------
 
 def main() -> None:
@@ -254,6 +294,7 @@ def main() -> None:
     parser.add_argument("--xml-hosts", type=int, default=250, help="XML files of 8 GPUs each (default 250)")
     parser.add_argument("--csv-hosts", type=int, default=625, help="hosts of 8 GPUs in the CSV (default 625)")
     parser.add_argument("--reuse", action="store_true", help="keep the bench database if it holds --gpus GPUs")
+    parser.add_argument("--no-imports", action="store_true", help="the list and API cases only (no import cases)")
     args = parser.parse_args()
 
     url = bench_database_url(os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/fleet_bench"),
@@ -340,41 +381,9 @@ def main() -> None:
         if case.p95 > case.target:
             diagnose(client, case)
 
-    say(f"\nImports via inventory.imports.gpus_import (new GPUs on new hosts; targets XML >= "
-        f"{TARGETS['xml_gpus_per_s']:.0f}/s, CSV >= {TARGETS['csv_gpus_per_s']:.0f}/s)")
-    rng = random.Random(2026)
-    xml_gpus = import_gpus(rng, args.xml_hosts, "benchx", 1_653_000_000_000)
-    template = xml_template()
-    xml_files = [(f"{xml_gpus[i]['hostname']}.xml", xml_file(template, xml_gpus[i:i + 8]), str(xml_gpus[i]["hostname"]))
-                 for i in range(0, len(xml_gpus), 8)]
-    seconds, created = timed_import(xml_files, "nvidia-smi-xml")
-    size = sum(len(f[1]) for f in xml_files)
-    say(f"  nvidia-smi XML  {created:,} GPUs in {len(xml_files)} files ({size / 1e6:.1f} MB), one import per file: "
-        f"{seconds:.2f} s, {created / seconds:,.0f} GPUs/s")
-    batch_gpus = import_gpus(rng, args.xml_hosts, "benchb", 1_656_000_000_000)
-    batch = [(f"{batch_gpus[i]['hostname']}.xml", xml_file(template, batch_gpus[i:i + 8]), str(batch_gpus[i]["hostname"]))
-             for i in range(0, len(batch_gpus), 8)]
-    seconds, created = timed_import_many(batch, "nvidia-smi-xml")
-    xml_rate = created / seconds
-    say(f"  nvidia-smi XML  {created:,} GPUs in {len(batch)} files, ONE import of all (import_gpus DIR "
-        f"--server-from-filename): {seconds:.2f} s, {xml_rate:,.0f} GPUs/s "
-        f"({'ok' if xml_rate >= TARGETS['xml_gpus_per_s'] else 'MISSES TARGET'})")
-    one = import_gpus(rng, min(args.xml_hosts, 125), "benchy", 1_655_000_000_000)  # 1,000 GPUs: 47 MB, under the 64 MB limit
-    big = xml_file(template, one)
-    seconds, created = timed_import([("one-file.xml", big, "")], "nvidia-smi-xml")
-    say(f"  nvidia-smi XML  {created:,} GPUs in ONE file, no --server ({len(big) / 1e6:.1f} MB): {seconds:.2f} s, "
-        f"{created / seconds:,.0f} GPUs/s (the ceiling without per-file overhead; GPUs land unplaced)")
-    csv_gpus = import_gpus(rng, args.csv_hosts, "benchc", 1_654_000_000_000)
-    content = csv_file(csv_gpus)
-    seconds, created = timed_import([("bench.csv", content, "")], "nvidia-smi-csv")
-    csv_rate = created / seconds
-    say(f"  nvidia-smi CSV  {created:,} GPUs in 1 file ({len(content) / 1e6:.1f} MB): {seconds:.2f} s, "
-        f"{csv_rate:,.0f} GPUs/s ({'ok' if csv_rate >= TARGETS['csv_gpus_per_s'] else 'MISSES TARGET'})")
-    seconds, _ = timed_import([("bench.csv", content, "")], "nvidia-smi-csv")
-    say(f"  same CSV again (nothing changes, no writes): {seconds:.2f} s, {len(csv_gpus) / seconds:,.0f} GPUs/s")
-    copy_rate = raw_copy_rate(csv_gpus)
-    say(f"  raw COPY of the same {len(csv_gpus):,} rows into a scratch table: {copy_rate:,.0f} rows/s "
-        f"(import costs {copy_rate / csv_rate:,.0f}x a raw COPY)")
+    xml_rate = csv_rate = copy_rate = 0.0
+    if not args.no_imports:
+        xml_rate, csv_rate, copy_rate = imports_measure(args)
 
     def worst(*names: str) -> float:
         return round(max(cases[n].p95 for n in names), 1)
@@ -385,10 +394,10 @@ def main() -> None:
         "list_p95_ms_filtered": worst("list_filtered_first", "list_filtered_deep"),
         "api_p95_ms": worst("api_first", "api_deep"),
         "serial_lookup_p95_ms": worst("serial_html"),
-        "import_xml_gpus_per_s": round(xml_rate),
-        "import_csv_gpus_per_s": round(csv_rate),
-        "raw_copy_rows_per_s": round(copy_rate),
     }
+    if not args.no_imports:
+        figures.update(import_xml_gpus_per_s=round(xml_rate), import_csv_gpus_per_s=round(csv_rate),
+                       raw_copy_rows_per_s=round(copy_rate))
     if seed_s:
         say(f"\nseed: {seed_s:.1f} s for {args.gpus:,} GPUs")
     say(f"end: {loadavg()}")

@@ -243,6 +243,7 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=None)
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--keepalive", type=int, default=None)
+    parser.add_argument("--port", type=int, default=None, help="serve on this port (default: a free one)")
     args = parser.parse_args()
 
     url = bench_database_url(os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/fleet_bench_load"),
@@ -269,7 +270,7 @@ def main() -> None:
                    "print(token_create(user=u, name='load', scope='read', actor=u)[1])").strip().splitlines()[-1]
     say(f"set-up ({args.gpus:,} demo GPUs, 24 h of telemetry): {time.perf_counter() - started:.1f} s")
 
-    port = free_port()
+    port = args.port or free_port()
     env["PORT"] = str(port)
     web = [str(ROOT / ".venv/bin/gunicorn"), "fleet.wsgi", "--config", "fleet/gunicorn_conf.py"]  # the Procfile's
     procs = [subprocess.Popen(web, cwd=ROOT, env=env, stdout=subprocess.DEVNULL,  # noqa: S603

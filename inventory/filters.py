@@ -118,9 +118,9 @@ _TYPED_FILTERS = {"row": "row id", "rack": "rack id", "server": "hostname", "vbi
 _FAST_WIDGETS = Jinja2()
 
 
-def gpu_filter(params: QueryDict) -> GpuFilter:
-    """The API's GpuFilter, with widgets for a dense HTML form."""
-    filterset = GpuFilter(params, queryset=selectors.gpu_list())
+def gpu_filter(params: QueryDict, queryset: QuerySet[Gpu] | None = None) -> GpuFilter:
+    """The API's GpuFilter, with widgets for a dense HTML form, over ``queryset`` (default: the GPU list)."""
+    filterset = GpuFilter(params, queryset=selectors.gpu_list() if queryset is None else queryset)
     fields = filterset.form.fields
     for name, placeholder in _TYPED_FILTERS.items():
         fields[name].widget = forms.TextInput(attrs={"placeholder": placeholder})
