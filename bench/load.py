@@ -237,7 +237,8 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=16)
     parser.add_argument("--seconds", type=float, default=60)
     parser.add_argument("--warmup", type=float, default=5)
-    parser.add_argument("--reuse", action="store_true", help="keep a bench database that already holds the fleet")
+    parser.add_argument("--reuse", action="store_true", help="keep a bench database that already holds the fleet "
+                        "(set up by an earlier run: no migrate, no bootstrap)")
     parser.add_argument("--no-background", action="store_true", help="no Celery worker and beat")
     parser.add_argument("--worker-class", default=None, help="override fleet/gunicorn_conf.py (sync, gthread)")
     parser.add_argument("--workers", type=int, default=None)
@@ -259,9 +260,9 @@ def main() -> None:
     started = time.perf_counter()
     if not args.reuse:
         recreate_database(url)
-    manage(env, "migrate", "--no-input")
-    manage(env, "createcachetable")
-    manage(env, "bootstrap", "--demo-gpus", str(args.gpus))
+        manage(env, "migrate", "--no-input")
+        manage(env, "createcachetable")
+        manage(env, "bootstrap", "--demo-gpus", str(args.gpus))
     password = manage(env, "shell", "-c", "from django.contrib.auth import get_user_model as g; u = g().objects."
                       "get(username='viewer'); u.set_password('load-bench-viewer'); u.save(); print('ok')")
     assert password.strip().splitlines()[-1] == "ok", password

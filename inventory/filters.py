@@ -9,7 +9,7 @@ from django.db.models import Q, QuerySet
 from django.forms.renderers import Jinja2
 from django.http import QueryDict
 
-from fleet.filters import filter_param_names, unknown_param_errors
+from fleet.filters import LeanFilterSet, filter_param_names, unknown_param_errors
 from fleet.views import compact_choices
 from inventory import selectors
 from inventory.identity import normalize_uuid
@@ -31,7 +31,7 @@ def gpu_search(queryset: QuerySet[Gpu], text: str) -> QuerySet[Gpu]:
     return queryset.filter(condition)
 
 
-class GpuFilter(django_filters.FilterSet):
+class GpuFilter(LeanFilterSet):
     site = django_filters.ModelChoiceFilter(queryset=Site.objects.all(), to_field_name="code")
     row = django_filters.ModelChoiceFilter(queryset=Row.objects.all())
     rack = django_filters.ModelChoiceFilter(queryset=Rack.objects.all())
