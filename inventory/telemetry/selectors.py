@@ -176,16 +176,17 @@ _LEVELS = (("site", "site_id"), ("row", "row_id"), ("rack", "rack_id"), ("server
 
 
 LAYOUT_MAX_AGE = 60.0  # seconds a process reuses the heatmap's GPU order: a placement change shows within a minute
-_layout: dict[str, Any] = {"at": -LAYOUT_MAX_AGE, "gpus": [], "groups": {}, "position": {}}
+_layout: dict[str, Any] = {"at": -LAYOUT_MAX_AGE, "kept": None}
 
 
-def _heatmap_layout_postgres() -> tuple[list[int], dict[str, tuple]]:
+def _heatmap_layout_postgres() -> tuple[list[int], dict[str, Any], dict[int, int]]:
     """GPU ids in heatmap order and per level the group ids with the index of their first GPU (groups are
     contiguous), as arrays from one statement. Sorting 100,000 joined rows is most of the heatmap's cost, and the
     order changes only when GPUs move: kept per process for LAYOUT_MAX_AGE seconds."""
     now = time.monotonic()
-    if now - _layout["at"] < LAYOUT_MAX_AGE:
-        return _layout["gpus"], _layout["groups"]
+    kept = _layout["kept"]  # one tuple: gunicorn's threads never mix two layouts
+    if kept is not None and now - _layout["at"] < LAYOUT_MAX_AGE:
+        return kept
     levels = ", ".join(
         f"(SELECT array_agg({key} ORDER BY s) FROM (SELECT {key}, min(i) AS s FROM o GROUP BY {key}) x), "
         f"(SELECT array_agg(s ORDER BY s) FROM (SELECT min(i) AS s FROM o GROUP BY {key}) x)"
@@ -199,8 +200,9 @@ def _heatmap_layout_postgres() -> tuple[list[int], dict[str, tuple]]:
         row = cursor.fetchone()
     groups = {name: (row[1 + 2 * n] or [], row[2 + 2 * n] or []) for n, (name, _) in enumerate(_LEVELS)}
     gpus = row[0] or []
-    _layout.update(at=now, gpus=gpus, groups=groups, position={gpu_id: i for i, gpu_id in enumerate(gpus)})
-    return _layout["gpus"], groups
+    kept = (gpus, groups, {gpu_id: i for i, gpu_id in enumerate(gpus)})
+    _layout.update(kept=kept, at=now)
+    return kept
 
 
 def heatmap_layout_forget() -> None:
@@ -250,8 +252,7 @@ def _values_postgres(metric: str, at: dt.datetime | None) -> tuple[list[int], li
 
 
 def _heatmap_arrays_postgres(metric: str, at: dt.datetime | None) -> tuple[list, list, dict[str, tuple]]:
-    gpus, groups = _heatmap_layout_postgres()
-    position = _layout["position"]
+    gpus, groups, position = _heatmap_layout_postgres()
     values: list[int | None] = [None] * len(gpus)
     ids, found = _values_postgres(metric, at)
     for gpu_id, value in zip(ids, found, strict=True):
@@ -288,7 +289,9 @@ def heatmap_data(*, metric: str, at: dt.datetime | None = None) -> dict[str, Any
         raise HistoryError("metric", f"unknown metric {metric!r}; one of {', '.join(HEATMAP_METRICS)}")
     arrays = _heatmap_arrays_postgres if connection.vendor == "postgresql" else _heatmap_arrays_python
     gpus, values, groups = arrays(metric, at)
-    if "server_index" not in groups:  # derived once per layout (the layout is cached on PostgreSQL)
+    # Derived once per layout (the layout is cached on PostgreSQL). gunicorn's threads share the layout: "names"
+    # is stored last and checked, so a thread never reads it before server_index is there (it did: a 500).
+    if "names" not in groups:
         server_starts = groups["server"][1]
         server_index: list[int] = []
         for k, begin in enumerate(server_starts):
