@@ -345,6 +345,7 @@ def main() -> None:
     parser.add_argument("--reuse", action="store_true", help="keep the bench database if it holds --gpus GPUs")
     parser.add_argument("--only", choices=("all", "imports"), default="all",
                         help="run only the import cases (with --reuse: a seeded database, new hosts each run)")
+    parser.add_argument("--no-imports", action="store_true", help="the list and API cases only (no import cases)")
     args = parser.parse_args()
 
     url = bench_database_url(os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/fleet_bench"),
@@ -436,7 +437,7 @@ def main() -> None:
         if case.p95 > case.target:
             diagnose(client, case)
 
-    import_figures = import_cases(args, import_tag())
+    import_figures = {} if args.no_imports else import_cases(args, import_tag())
 
     def worst(*names: str) -> float:
         return round(max(cases[n].p95 for n in names), 1)

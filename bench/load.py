@@ -237,12 +237,14 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=16)
     parser.add_argument("--seconds", type=float, default=60)
     parser.add_argument("--warmup", type=float, default=5)
-    parser.add_argument("--reuse", action="store_true", help="keep a bench database that already holds the fleet")
+    parser.add_argument("--reuse", action="store_true", help="keep a bench database that already holds the fleet "
+                        "(set up by an earlier run: no migrate, no bootstrap)")
     parser.add_argument("--no-background", action="store_true", help="no Celery worker and beat")
     parser.add_argument("--worker-class", default=None, help="override fleet/gunicorn_conf.py (sync, gthread)")
     parser.add_argument("--workers", type=int, default=None)
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--keepalive", type=int, default=None)
+    parser.add_argument("--port", type=int, default=None, help="serve on this port (default: a free one)")
     args = parser.parse_args()
 
     url = bench_database_url(os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/fleet_bench_load"),
@@ -258,9 +260,9 @@ def main() -> None:
     started = time.perf_counter()
     if not args.reuse:
         recreate_database(url)
-    manage(env, "migrate", "--no-input")
-    manage(env, "createcachetable")
-    manage(env, "bootstrap", "--demo-gpus", str(args.gpus))
+        manage(env, "migrate", "--no-input")
+        manage(env, "createcachetable")
+        manage(env, "bootstrap", "--demo-gpus", str(args.gpus))
     password = manage(env, "shell", "-c", "from django.contrib.auth import get_user_model as g; u = g().objects."
                       "get(username='viewer'); u.set_password('load-bench-viewer'); u.save(); print('ok')")
     assert password.strip().splitlines()[-1] == "ok", password
@@ -269,7 +271,7 @@ def main() -> None:
                    "print(token_create(user=u, name='load', scope='read', actor=u)[1])").strip().splitlines()[-1]
     say(f"set-up ({args.gpus:,} demo GPUs, 24 h of telemetry): {time.perf_counter() - started:.1f} s")
 
-    port = free_port()
+    port = args.port or free_port()
     env["PORT"] = str(port)
     web = [str(ROOT / ".venv/bin/gunicorn"), "fleet.wsgi", "--config", "fleet/gunicorn_conf.py"]  # the Procfile's
     procs = [subprocess.Popen(web, cwd=ROOT, env=env, stdout=subprocess.DEVNULL,  # noqa: S603

@@ -6,7 +6,12 @@ admin enforces the same matrix; the UI and the API ask :func:`has_role`.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
+from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser, Group, Permission
+from django.db import connection
+from django.db.backends.base.base import BaseDatabaseWrapper
 from django.http import HttpRequest
 from rest_framework.permissions import SAFE_METHODS, BasePermission
 
@@ -31,14 +36,48 @@ def user_roles(user: AbstractBaseUser | AnonymousUser | None) -> set[str]:
     cached = getattr(user, "_fleet_roles", None)
     if cached is not None:
         return cached
-    if user.is_superuser:
+    return roles_from_groups(user, () if user.is_superuser else group_names(user.pk))
+
+
+def roles_from_groups(user: AbstractBaseUser, names: Iterable[str]) -> set[str]:
+    """The roles of ``user`` given the names of its groups, kept on the user for the rest of the request."""
+    if user.is_superuser:  # type: ignore[attr-defined]
         roles = set(ROLES)
     else:
         roles = set()
-        for name in user.groups.values_list("name", flat=True):
+        for name in names:
             roles |= _IMPLIES.get(name, set())
-    user._fleet_roles = roles  # type: ignore[union-attr]
+    user._fleet_roles = roles  # type: ignore[attr-defined]
     return roles
+
+
+_GROUPS_SQL: dict[str, str] = {}
+
+
+def groups_join(db: BaseDatabaseWrapper, user_column: str) -> str:
+    """``LEFT JOIN``s that add the column ``g.name`` (the user's groups, one row each) to a statement whose
+    user id is ``user_column``."""
+    field = get_user_model()._meta.get_field("groups")
+    quote = db.ops.quote_name
+    table, user_id, group_id = field.m2m_db_table(), field.m2m_column_name(), field.m2m_reverse_name()  # type: ignore[union-attr]
+    return (f"LEFT JOIN {quote(table)} ug ON ug.{quote(user_id)} = {user_column} "
+            f"LEFT JOIN {quote(Group._meta.db_table)} g ON g.{quote('id')} = ug.{quote(group_id)}")
+
+
+def group_names(user_id: int) -> list[str]:
+    """Names of the user's groups: one fixed statement (the ORM's ``user.groups.values_list`` costs ~4x the
+    CPU, on every request)."""
+    sql = _GROUPS_SQL.get(connection.vendor)
+    if sql is None:
+        field = get_user_model()._meta.get_field("groups")
+        quote = connection.ops.quote_name
+        sql = _GROUPS_SQL[connection.vendor] = (
+            f"SELECT g.{quote('name')} FROM {quote(field.m2m_db_table())} ug "  # type: ignore[union-attr]
+            f"JOIN {quote(Group._meta.db_table)} g ON g.{quote('id')} = ug.{quote(field.m2m_reverse_name())} "  # type: ignore[union-attr]
+            f"WHERE ug.{quote(field.m2m_column_name())} = %s")  # type: ignore[union-attr]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [user_id])
+        return [name for (name,) in cursor.fetchall()]
 
 
 def has_role(user: AbstractBaseUser | AnonymousUser | None, role: str) -> bool:

@@ -345,3 +345,7 @@ DECOMMISSION_CHUNK = int(os.environ.get("DECOMMISSION_CHUNK", "20"))  # assets p
 CELERY_BEAT_SCHEDULE["decommission-tick"] = {"task": "decommission.tasks.tick_task", "schedule": 10.0}
 DECOMMISSION_SETTLE_SECONDS = float(os.environ.get("DECOMMISSION_SETTLE_SECONDS", "30"))  # > a BMC's worst answer
 DECOMMISSION_POLL_SECONDS = float(os.environ.get("DECOMMISSION_POLL_SECONDS", "2"))
+
+# --- h12load: CPU per request (bench/load.py; docs/operations.md) ---
+# {% url %} keeps the URLs that take no arguments per process (the navigation reverses ~15 on every page).
+TEMPLATES[0]["OPTIONS"]["builtins"] = ["fleet.urltag"]

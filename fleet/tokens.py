@@ -10,13 +10,15 @@ authentication, so no view can forget it: a read-only token may only read; a pus
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import hashlib
 import secrets
 from typing import Any
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.contrib.auth.base_user import AbstractBaseUser
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 from rest_framework import exceptions
@@ -25,6 +27,8 @@ from rest_framework.permissions import SAFE_METHODS
 
 from fleet.audit import Actor, audit_write
 from fleet.models import ApiToken, AuditAction, TokenScope
+from fleet.roles import groups_join, roles_from_groups
+from fleet.rows import ModelColumns
 
 LAST_USED_RESOLUTION = dt.timedelta(minutes=1)  # last_used_at is written at most this often per token
 KEY_PREFIX = "flt_"  # scoped keys start with it; DRF's legacy keys are 40 hex digits (one lookup either way)
@@ -85,6 +89,40 @@ def scope_allows(scope: str, *, method: str, view_name: str | None) -> bool:
     return True
 
 
+_LOOKUP_SQL: dict[str, str] = {}
+
+
+@functools.cache
+def _columns() -> tuple[ModelColumns[ApiToken], ModelColumns[Any]]:
+    return ModelColumns(ApiToken, "t"), ModelColumns(get_user_model(), "u")
+
+
+def token_lookup(key: str) -> ApiToken | None:
+    """The scoped token of ``key`` with its user, and the user's roles, read by one fixed statement (as two ORM
+    queries this was ~2.4 ms of CPU on every API request; ~0.4 ms this way)."""
+    token_columns, user_columns = _columns()
+    sql = _LOOKUP_SQL.get(connection.vendor)
+    if sql is None:
+        quote = connection.ops.quote_name
+        user_pk, user_fk = quote(user_columns.model._meta.pk.column), quote(ApiToken._meta.get_field("user").column)
+        sql = _LOOKUP_SQL[connection.vendor] = (
+            f"SELECT {token_columns.select(connection)}, {user_columns.select(connection)}, g.{quote('name')} "
+            f"FROM {quote(ApiToken._meta.db_table)} t "
+            f"JOIN {quote(user_columns.model._meta.db_table)} u ON u.{user_pk} = t.{user_fk} "
+            f"{groups_join(connection, f'u.{user_pk}')} WHERE t.{quote('key_hash')} = %s")
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [token_hash(key)])
+        rows = cursor.fetchall()
+    if not rows:
+        return None
+    split = len(token_columns)
+    token = token_columns.instance(connection, rows[0][:split])
+    user = user_columns.instance(connection, rows[0][split:-1])
+    ApiToken.user.field.set_cached_value(token, user)
+    roles_from_groups(user, [row[-1] for row in rows if row[-1] is not None])
+    return token
+
+
 class ScopedTokenAuthentication(TokenAuthentication):
     """``Authorization: Token <key>``: a scoped :class:`ApiToken`, else a legacy DRF token (full scope)."""
 
@@ -102,7 +140,7 @@ class ScopedTokenAuthentication(TokenAuthentication):
     def authenticate_credentials(self, key: str) -> tuple[AbstractBaseUser, Any]:
         if not key.startswith(KEY_PREFIX):
             return super().authenticate_credentials(key)  # a legacy rest_framework.authtoken token
-        token = ApiToken.objects.select_related("user").filter(key_hash=token_hash(key)).first()
+        token = token_lookup(key)
         if token is None:
             raise exceptions.AuthenticationFailed("Invalid token.")
         now = timezone.now()

@@ -9,7 +9,7 @@ from django.db.models import Q, QuerySet
 from django.forms.renderers import Jinja2
 from django.http import QueryDict
 
-from fleet.filters import filter_param_names, unknown_param_errors
+from fleet.filters import LeanFilterSet, filter_param_names, unknown_param_errors
 from fleet.views import compact_choices
 from inventory import selectors
 from inventory.identity import normalize_uuid
@@ -31,7 +31,7 @@ def gpu_search(queryset: QuerySet[Gpu], text: str) -> QuerySet[Gpu]:
     return queryset.filter(condition)
 
 
-class GpuFilter(django_filters.FilterSet):
+class GpuFilter(LeanFilterSet):
     site = django_filters.ModelChoiceFilter(queryset=Site.objects.all(), to_field_name="code")
     row = django_filters.ModelChoiceFilter(queryset=Row.objects.all())
     rack = django_filters.ModelChoiceFilter(queryset=Rack.objects.all())
@@ -118,9 +118,9 @@ _TYPED_FILTERS = {"row": "row id", "rack": "rack id", "server": "hostname", "vbi
 _FAST_WIDGETS = Jinja2()
 
 
-def gpu_filter(params: QueryDict) -> GpuFilter:
-    """The API's GpuFilter, with widgets for a dense HTML form."""
-    filterset = GpuFilter(params, queryset=selectors.gpu_list())
+def gpu_filter(params: QueryDict, queryset: QuerySet[Gpu] | None = None) -> GpuFilter:
+    """The API's GpuFilter, with widgets for a dense HTML form, over ``queryset`` (default: the GPU list)."""
+    filterset = GpuFilter(params, queryset=selectors.gpu_list() if queryset is None else queryset)
     fields = filterset.form.fields
     for name, placeholder in _TYPED_FILTERS.items():
         fields[name].widget = forms.TextInput(attrs={"placeholder": placeholder})

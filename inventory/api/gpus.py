@@ -172,7 +172,7 @@ class GpuViewSet(AuditedModelViewSet):
 
     def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         """One query, no model instances: the page's rows come from ``.values()`` into the same document."""
-        rows = self.paginate_queryset(self.filter_queryset(self.get_queryset()).values(*GPU_COLUMNS))
+        rows = self.paginate_queryset(self.filter_queryset(selectors.gpu_rows(GPU_COLUMNS)))
         return self.get_paginated_response([gpu_document(row) for row in rows])
 
     @extend_schema(

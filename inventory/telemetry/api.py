@@ -298,8 +298,8 @@ class HeatmapView(APIView):
         reject_unknown_params(request.query_params.keys(), {*HeatmapQuerySerializer().fields, "format"})
         query = HeatmapQuerySerializer(data=request.query_params)
         query.is_valid(raise_exception=True)
-        return Response(selectors.heatmap_data(metric=query.validated_data["metric"],
-                                               at=query.validated_data.get("at")))
+        return Response(selectors.heatmap_data_kept(metric=query.validated_data["metric"],
+                                                    at=query.validated_data.get("at")))
 
 
 class FramesQuerySerializer(serializers.Serializer):

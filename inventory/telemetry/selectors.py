@@ -176,16 +176,17 @@ _LEVELS = (("site", "site_id"), ("row", "row_id"), ("rack", "rack_id"), ("server
 
 
 LAYOUT_MAX_AGE = 60.0  # seconds a process reuses the heatmap's GPU order: a placement change shows within a minute
-_layout: dict[str, Any] = {"at": -LAYOUT_MAX_AGE, "gpus": [], "groups": {}, "position": {}}
+_layout: dict[str, Any] = {"at": -LAYOUT_MAX_AGE, "kept": None}
 
 
-def _heatmap_layout_postgres() -> tuple[list[int], dict[str, tuple]]:
+def _heatmap_layout_postgres() -> tuple[list[int], dict[str, Any], dict[int, int]]:
     """GPU ids in heatmap order and per level the group ids with the index of their first GPU (groups are
     contiguous), as arrays from one statement. Sorting 100,000 joined rows is most of the heatmap's cost, and the
     order changes only when GPUs move: kept per process for LAYOUT_MAX_AGE seconds."""
     now = time.monotonic()
-    if now - _layout["at"] < LAYOUT_MAX_AGE:
-        return _layout["gpus"], _layout["groups"]
+    kept = _layout["kept"]  # one tuple: gunicorn's threads never mix two layouts
+    if kept is not None and now - _layout["at"] < LAYOUT_MAX_AGE:
+        return kept
     levels = ", ".join(
         f"(SELECT array_agg({key} ORDER BY s) FROM (SELECT {key}, min(i) AS s FROM o GROUP BY {key}) x), "
         f"(SELECT array_agg(s ORDER BY s) FROM (SELECT min(i) AS s FROM o GROUP BY {key}) x)"
@@ -199,12 +200,37 @@ def _heatmap_layout_postgres() -> tuple[list[int], dict[str, tuple]]:
         row = cursor.fetchone()
     groups = {name: (row[1 + 2 * n] or [], row[2 + 2 * n] or []) for n, (name, _) in enumerate(_LEVELS)}
     gpus = row[0] or []
-    _layout.update(at=now, gpus=gpus, groups=groups, position={gpu_id: i for i, gpu_id in enumerate(gpus)})
-    return _layout["gpus"], groups
+    kept = (gpus, groups, {gpu_id: i for i, gpu_id in enumerate(gpus)})
+    _layout.update(kept=kept, at=now)
+    return kept
 
 
 def heatmap_layout_forget() -> None:
+    """Forget the kept heatmap order and documents (a test that moves GPUs or writes samples and looks again)."""
     _layout["at"] = -LAYOUT_MAX_AGE
+    _documents.clear()
+
+
+# The heatmap is fleet-wide (the same document for every user) and its values change when the inbox is merged
+# (every 15 s): a process answers the same document for this long, then reads it anew. At 100,000 GPUs a
+# document is ~30-60 ms of SQL and arrays; bench/load.py asks for it on 1 request in 15.
+DOCUMENT_MAX_AGE = 5.0
+_documents: dict[tuple[str, dt.datetime | None], tuple[float, dict[str, Any]]] = {}
+
+
+def heatmap_data_kept(*, metric: str, at: dt.datetime | None = None) -> dict[str, Any]:
+    """:func:`heatmap_data`, the same document for up to DOCUMENT_MAX_AGE seconds per process (per metric and
+    5-minute bucket). Callers must not change it."""
+    key = (metric, floor(at, FIVE_MIN) if at else None)
+    now = time.monotonic()
+    kept = _documents.get(key)
+    if kept is not None and now - kept[0] < DOCUMENT_MAX_AGE:
+        return kept[1]
+    document = heatmap_data(metric=metric, at=at)
+    if len(_documents) >= 64:
+        _documents.clear()
+    _documents[key] = (now, document)
+    return document
 
 
 def _values_postgres(metric: str, at: dt.datetime | None) -> tuple[list[int], list[int | None]]:
@@ -226,8 +252,7 @@ def _values_postgres(metric: str, at: dt.datetime | None) -> tuple[list[int], li
 
 
 def _heatmap_arrays_postgres(metric: str, at: dt.datetime | None) -> tuple[list, list, dict[str, tuple]]:
-    gpus, groups = _heatmap_layout_postgres()
-    position = _layout["position"]
+    gpus, groups, position = _heatmap_layout_postgres()
     values: list[int | None] = [None] * len(gpus)
     ids, found = _values_postgres(metric, at)
     for gpu_id, value in zip(ids, found, strict=True):
@@ -264,7 +289,9 @@ def heatmap_data(*, metric: str, at: dt.datetime | None = None) -> dict[str, Any
         raise HistoryError("metric", f"unknown metric {metric!r}; one of {', '.join(HEATMAP_METRICS)}")
     arrays = _heatmap_arrays_postgres if connection.vendor == "postgresql" else _heatmap_arrays_python
     gpus, values, groups = arrays(metric, at)
-    if "server_index" not in groups:  # derived once per layout (the layout is cached on PostgreSQL)
+    # Derived once per layout (the layout is cached on PostgreSQL). gunicorn's threads share the layout: "names"
+    # is stored last and checked, so a thread never reads it before server_index is there (it did: a 500).
+    if "names" not in groups:
         server_starts = groups["server"][1]
         server_index: list[int] = []
         for k, begin in enumerate(server_starts):
