@@ -7,10 +7,10 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 
 from django.core.exceptions import ValidationError
-from django.db import transaction
+from django.db import IntegrityError, transaction
 
 from decommission.collect import collect_media
-from decommission.models import Asset, DecommissionRequest, RequestState
+from decommission.models import Asset, DecommissionRequest, Medium, RequestState
 from decommission.services.evidence import event_append
 from decommission.services.media import request_record_inventory
 from fleet.audit import SystemActor
@@ -43,6 +43,10 @@ def inventory_collect(*, request_id: int) -> int:
         return 0
     try:
         request_record_inventory(request=request, found={a.pk: r for a, r in results}, actor=WORKER)
+    except IntegrityError:  # SQLite has no row locks: another worker's inventory committed first (all or nothing)
+        if Medium.objects.filter(request=request).exists():
+            return 0
+        raise
     except ValidationError as exc:
         with transaction.atomic():
             event_append(request=request, step="inventory", result="refused", actor=WORKER,

@@ -45,8 +45,12 @@ def _clean(item: Mapping[str, Any], where: str) -> dict[str, Any]:
 @transaction.atomic
 def request_record_inventory(*, request: DecommissionRequest, found: Mapping[int, Sequence[Mapping[str, Any]]],
                              actor: Actor | None) -> DecommissionRequest:
-    """Record every asset's media (``found``: asset id -> media from Redfish) and the GPUs' own; all or nothing."""
+    """Record every asset's media (``found``: asset id -> media from Redfish) and the GPUs' own; all or nothing.
+    Recorded once: a second inventory of the same request (the tick sends the message again while the first is
+    still reading the BMCs) finds it done under the request's lock and writes nothing."""
     request = locked(request)
+    if Medium.objects.filter(request=request).exists():
+        return request
     assets = {a.pk: a for a in Asset.objects.filter(request=request).select_related("server", "gpu")}
     unknown = set(found) - set(assets)
     if unknown:

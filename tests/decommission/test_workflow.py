@@ -193,3 +193,15 @@ def test_inventory_refuses_a_duplicate_medium_and_writes_nothing(users):
     with pytest.raises(ValidationError, match="twice"):
         services.request_record_inventory(request=r, found=found, actor=users["operator"])
     assert not r.media.exists()
+
+
+def test_a_second_inventory_of_the_same_request_writes_nothing(users):
+    """The tick sends the inventory message again while the first is still reading the BMCs: whichever records
+    second finds the media recorded under the request's lock and writes nothing (no IntegrityError, no events)."""
+    r = walk("drained", users=users)
+    found = found_for(r)
+    services.request_record_inventory(request=r, found=found, actor=users["operator"])
+    media, events = r.media.count(), r.events.count()
+    again = services.request_record_inventory(request=r, found=found, actor=users["operator"])
+    assert again.state == "inventoried"
+    assert (r.media.count(), r.events.count()) == (media, events) and media > 0
