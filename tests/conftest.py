@@ -1,14 +1,9 @@
-import os
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 from django.contrib.auth import get_user_model
 
 from fleet.roles import ROLES, user_set_role
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture
@@ -94,22 +89,17 @@ def eager_celery():
 
 
 @pytest.fixture
-def celery_worker_process(transactional_db):
-    """A real Celery worker process (``--pool solo``) on this test database and settings.REDIS_URL. A test that
-    uses it is marked ``celery`` and skipped without REDIS_URL."""
+def celery_worker_process(transactional_db, no_eager_celery):
+    """A real Celery worker process (``--pool solo``, tests/workers.py) on this test database and
+    settings.REDIS_URL; this process only publishes. A test that uses it is marked ``celery`` and skipped
+    without REDIS_URL."""
     import redis
     from django.conf import settings
-    from django.db import connection
+
+    from tests.workers import start_worker
 
     redis.Redis.from_url(settings.REDIS_URL).delete("celery")  # drop messages left by earlier runs
-    db = connection.settings_dict
-    env = {**os.environ, "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}",
-           "REDIS_URL": settings.REDIS_URL}
-    proc = subprocess.Popen(  # noqa: S603 - our own interpreter
-        [sys.executable, "-m", "celery", "-A", "fleet", "worker", "--pool", "solo", "--loglevel", "WARNING",
-         "--without-heartbeat", "--without-gossip", "--without-mingle"],
-        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )
+    proc = start_worker(broker=settings.REDIS_URL, output=subprocess.PIPE)
     yield proc
     proc.terminate()
     try:

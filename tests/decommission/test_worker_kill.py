@@ -3,16 +3,12 @@ no step is sent twice, and the request completes on another worker that reconcil
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
 from django.conf import settings
-from django.db import connection
 
 from decommission import services
 from decommission.models import MediaState, Medium
@@ -22,23 +18,17 @@ from fleet.bmcsim.testing import SimulatorProcess
 from inventory.services import record_update
 from tests.decommission.decom_factories import server_with_gpus
 from tests.decommission.tool_outputs import agent_results
+from tests.workers import start_worker
 
 pytestmark = [pytest.mark.celery, pytest.mark.skipif(not settings.REDIS_URL, reason="needs REDIS_URL")]
-ROOT = Path(__file__).resolve().parents[2]
 ERASE = "POST /redfish/v1/Systems/1/Storage/1/Drives/0/Actions/Drive.SecureErase"
 FAST = {"DECOMMISSION_LEASE_SECONDS": "3", "DECOMMISSION_SETTLE_SECONDS": "4", "DECOMMISSION_POLL_SECONDS": "0.2",
         "DECOMMISSION_SIM_ERASE_SECONDS": "0"}
 
 
 def _worker() -> subprocess.Popen:
-    db = connection.settings_dict
-    env = {**os.environ, **FAST, "REDIS_URL": settings.REDIS_URL,
-           "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}",
-           "DECOMMISSION_SIGNING_KEY_DIR": settings.DECOMMISSION_SIGNING_KEY_DIR}
-    return subprocess.Popen(  # noqa: S603 - our own interpreter
-        [sys.executable, "-m", "celery", "-A", "fleet", "worker", "--pool", "solo", "--loglevel", "WARNING",
-         "--without-heartbeat", "--without-gossip", "--without-mingle"],
-        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return start_worker(broker=settings.REDIS_URL,
+                        env={**FAST, "DECOMMISSION_SIGNING_KEY_DIR": settings.DECOMMISSION_SIGNING_KEY_DIR})
 
 
 def _until(check, timeout: float, tick: bool = False):  # type: ignore[no-untyped-def]
@@ -89,6 +79,8 @@ def test_worker_killed_mid_step_sends_nothing_twice_and_the_request_completes(us
         _until(received, 60, tick=True)
         drive.refresh_from_db()
         assert drive.state == MediaState.SENDING, "the kill lands after the record and before the answer"
+        asset.refresh_from_db()  # the step in flight is the killed process's own (lease owner host:pid:nonce)
+        assert f":{workers[0].pid}:" in asset.lease_owner, (asset.lease_owner, workers[0].pid)
         workers[0].send_signal(signal.SIGKILL)
         assert workers[0].wait(timeout=10) == -signal.SIGKILL
         _until(lambda: sim.control.counters("bmc-0001")["bmcs"]["bmc-0001"]["processed"].get(ERASE, 0), 20)

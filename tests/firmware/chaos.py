@@ -10,10 +10,8 @@ mutating request received and processed per BMC), ``pg_locks`` (the server lock 
 
 from __future__ import annotations
 
-import os
 import socket
 import subprocess
-import sys
 import time
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -23,15 +21,15 @@ from django.db import connection
 
 from firmware.models import Rollout, RolloutState, RolloutTarget, TargetState, TargetStep
 from firmware.services import engine
+from tests.workers import start_worker
 
-ROOT = Path(__file__).resolve().parents[2]
 SETTLED = (RolloutState.COMPLETED, RolloutState.COMPLETED_WITH_EXCEPTIONS, RolloutState.PAUSED, RolloutState.ABORTED)
 UPDATE = "POST /redfish/v1/UpdateService/Actions/UpdateService.SimpleUpdate"
 ACTIVATE = "POST /redfish/v1/UpdateService/Actions/UpdateService.Activate"
 RESET_SUFFIXES = ("Chassis.Reset", "ComputerSystem.Reset", "Manager.Reset")
 WORKER_ENV = {"FLEET_ROLLOUT_LEASE_SECONDS": "3", "FLEET_BMC_TIMEOUT": "1", "FLEET_BMC_SETTLE_SECONDS": "4",
               "FLEET_ROLLOUT_VERIFY_SECONDS": "60", "FLEET_BMC_BOOT_GRACE_SECONDS": "10",
-              "FLEET_ROLLOUT_CHUNK": "4", "CELERY_TASK_ALWAYS_EAGER": "0"}
+              "FLEET_ROLLOUT_CHUNK": "4"}
 
 
 def free_port(low: int = 18500, high: int = 18999) -> int:
@@ -51,9 +49,7 @@ class Workers:
     session, and the advisory locks it holds, can be found)."""
 
     def __init__(self, broker: str) -> None:
-        db = connection.settings_dict
-        self.url = f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
-        self.env = {**os.environ, **WORKER_ENV, "REDIS_URL": broker}
+        self.broker = broker
         self.procs: dict[str, subprocess.Popen] = {}
         self.started = 0
 
@@ -62,13 +58,9 @@ class Workers:
         prefork pool (one child) is the one that enforces Celery's time limits; ``log`` keeps its output."""
         self.started += 1
         name = f"chaos-{self.started}"
-        env = {**self.env, **(env or {}), "DATABASE_URL": f"{self.url}?application_name={name}"}
-        out = log.open("ab") if log is not None else subprocess.DEVNULL
-        self.procs[name] = subprocess.Popen(  # noqa: S603 - our own interpreter
-            [sys.executable, "-m", "celery", "-A", "fleet", "worker", "--pool", pool, "--concurrency", "1",
-             "--loglevel", "WARNING" if log is not None else "ERROR",
-             "-n", f"{name}@%h", "--without-heartbeat", "--without-gossip", "--without-mingle"],
-            cwd=ROOT, env=env, stdout=out, stderr=out)
+        self.procs[name] = start_worker(broker=self.broker, env={**WORKER_ENV, **(env or {})}, name=name, pool=pool,
+                                        loglevel="WARNING" if log is not None else "ERROR",
+                                        output=log.open("ab") if log is not None else subprocess.DEVNULL)
         return name
 
     def alive(self) -> list[str]:
