@@ -4,7 +4,9 @@ scripts as ``benchlib``: Python puts a script's own folder on the path)."""
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
+from collections.abc import Iterable
 from urllib.parse import urlsplit, urlunsplit
 
 
@@ -14,6 +16,19 @@ def say(text: str = "") -> None:
 
 def loadavg() -> str:
     return "load average " + " ".join(f"{x:.1f}" for x in os.getloadavg())
+
+
+def stop_processes(procs: Iterable[subprocess.Popen], timeout: float = 20) -> None:
+    """Terminate every process still running, wait for each, kill one that outlives ``timeout``."""
+    procs = list(procs)
+    for proc in procs:
+        if proc.poll() is None:
+            proc.terminate()
+    for proc in procs:
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
 
 
 def bench_database_url(url: str, default: str) -> str:

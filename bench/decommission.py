@@ -29,6 +29,7 @@ The last line of output is one JSON object: ``certify_s``, ``verify_per_s``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -39,7 +40,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from benchlib import bench_database_url, loadavg, recreate_database, say
+from benchlib import bench_database_url, loadavg, recreate_database, say, stop_processes
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -215,21 +216,14 @@ def run(args: argparse.Namespace, url: str, broker: str) -> dict[str, float]:  #
         say(f"verify: {len(docs):,} certificates in {verify_s:.2f} s = {verify_per_s:,.0f}/s ({bad} invalid)")
         return {"certify_s": round(certify_s, 1), "verify_per_s": round(verify_per_s)}
     finally:
-        for proc in workers:
-            for child in worker_children(proc) if args.profile else ():  # py-spy writes when its child exits
-                os.kill(child, signal.SIGTERM)
-        for proc in workers:
-            if args.profile:
-                try:
+        if args.profile:  # py-spy writes when its child exits
+            for proc in workers:
+                for child in worker_children(proc):
+                    os.kill(child, signal.SIGTERM)
+            for proc in workers:
+                with contextlib.suppress(subprocess.TimeoutExpired):
                     proc.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    pass
-            proc.terminate()
-        for proc in workers:
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        stop_processes(workers)
         sim.kill()
 
 

@@ -38,7 +38,7 @@ import time
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from benchlib import bench_database_url, loadavg, recreate_database, say
+from benchlib import bench_database_url, loadavg, recreate_database, say, stop_processes
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -251,14 +251,7 @@ def chaos_duplicates(args: argparse.Namespace, url: str, broker: str, operator, 
             time.sleep(0.3)
         counters = sim.control.counters()
     finally:
-        for proc in workers:
-            if proc.poll() is None:
-                proc.terminate()
-        for proc in workers:
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        stop_processes(workers)
         sim.kill()
     resets = ("Chassis.Reset", "ComputerSystem.Reset", "Manager.Reset")
     duplicated = [(bmc, key, k) for bmc, c in counters["bmcs"].items() for key, k in c["processed"].items()
@@ -329,13 +322,7 @@ def engine_throughput(args: argparse.Namespace, url: str, broker: str, operator,
                       .annotate(n=Count("id")))
         stats = sim.control.stats()
     finally:
-        for proc in workers:
-            proc.terminate()
-        for proc in workers:
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        stop_processes(workers)
         sim.kill()
     rate = steps / elapsed if elapsed else 0.0
     say(f"engine: {n:,} targets ({done:,} finished: {states}) in {elapsed:.1f} s with {args.workers} worker "

@@ -23,6 +23,7 @@ from decommission.pdf import certificate_pdf, certificate_pdf_filename
 from decommission.policy import METHODS, at_least, minimum_level, required_level
 from decommission.services.agent import agent_script
 from decommission.services.certificates import certificate_verify
+from fleet.http import attachment_response
 from fleet.pagination import keyset_page
 from fleet.roles import has_role
 from fleet.views import HtmxHttpRequest, operator_required, query_params, render_page, viewer_required
@@ -162,18 +163,16 @@ def certificate_list(request: HtmxHttpRequest, pk: int) -> HttpResponse:
 @viewer_required
 def certificate_download(request: HtmxHttpRequest, cert_id: str) -> HttpResponse:
     cert = get_object_or_404(Certificate.objects.select_related("asset", "medium"), pk=cert_id)
-    response = HttpResponse(certificate_json(cert), content_type="application/json")
-    response["Content-Disposition"] = f'attachment; filename="{certificate_filename(cert)}"'
-    return response
+    return attachment_response(certificate_json(cert), content_type="application/json",
+                               filename=certificate_filename(cert))
 
 
 @viewer_required
 def certificate_pdf_download(request: HtmxHttpRequest, cert_id: str) -> HttpResponse:
     """The PDF rendering (id and the JSON file's SHA-256 on top); the JSON download is the record."""
     cert = get_object_or_404(Certificate.objects.select_related("asset", "medium"), pk=cert_id)
-    response = HttpResponse(certificate_pdf(cert), content_type="application/pdf")
-    response["Content-Disposition"] = f'attachment; filename="{certificate_pdf_filename(cert)}"'
-    return response
+    return attachment_response(certificate_pdf(cert), content_type="application/pdf",
+                               filename=certificate_pdf_filename(cert))
 
 
 @require_POST

@@ -5,7 +5,7 @@ from __future__ import annotations
 import csv
 from collections.abc import Iterable
 
-from django.http import StreamingHttpResponse
+from django.http import HttpResponse, StreamingHttpResponse
 from django.urls import reverse
 from django.utils import timezone
 
@@ -23,6 +23,13 @@ def streaming_csv_response(rows: Iterable[list[str]], *, name: str) -> Streaming
     writer = csv.writer(_Echo())
     response = StreamingHttpResponse((writer.writerow(row) for row in rows), content_type="text/csv; charset=utf-8")
     response["Content-Disposition"] = f'attachment; filename="{name}-{timezone.now():%Y%m%d-%H%M%S}.csv"'
+    return response
+
+
+def attachment_response(body: bytes, *, content_type: str, filename: str) -> HttpResponse:
+    """``body`` as a download named ``filename``."""
+    response = HttpResponse(body, content_type=content_type)
+    response["Content-Disposition"] = f'attachment; filename="{filename}"'
     return response
 
 

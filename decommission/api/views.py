@@ -34,6 +34,7 @@ from decommission.services.agent import agent_results_submit, agent_token_issue
 from decommission.services.certificates import certificate_verify
 from fleet.api import ErrorSerializer, FleetAutoSchema, NewestFirstCursorPagination, with_request_id
 from fleet.audit import audited_update
+from fleet.http import attachment_response
 from fleet.roles import ADMIN, APPROVER, OPERATOR, VIEWER
 
 CONFLICT = OpenApiResponse(ErrorSerializer, description="Not allowed in the request's state, or changed meanwhile")
@@ -247,9 +248,8 @@ class CertificateViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, views
     def download(self, request: Request, pk: str | None = None) -> HttpResponse:
         """The signed JSON file (the record; the same bytes as ``export_certificates``)."""
         cert = self.get_object()
-        response = HttpResponse(certificate_json(cert), content_type="application/json")
-        response["Content-Disposition"] = f'attachment; filename="{certificate_filename(cert)}"'
-        return response
+        return attachment_response(certificate_json(cert), content_type="application/json",
+                                   filename=certificate_filename(cert))
 
     @extend_schema(responses={(200, "application/pdf"): OpenApiResponse(
         OpenApiTypes.BINARY, description="A rendering for people: the certificate id and the SHA-256 of the signed "
@@ -258,9 +258,8 @@ class CertificateViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, views
     def pdf(self, request: Request, pk: str | None = None) -> HttpResponse:
         """The certificate as a PDF (beside ``download``, the signed JSON file, which is the record)."""
         cert = self.get_object()
-        response = HttpResponse(certificate_pdf(cert), content_type="application/pdf")
-        response["Content-Disposition"] = f'attachment; filename="{certificate_pdf_filename(cert)}"'
-        return response
+        return attachment_response(certificate_pdf(cert), content_type="application/pdf",
+                                   filename=certificate_pdf_filename(cert))
 
     @extend_schema(request=None, responses=s.CertificateVerifySerializer)
     @action(detail=True, methods=["post"])
