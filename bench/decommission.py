@@ -5,7 +5,7 @@ certificates.
     .venv/bin/python bench/decommission.py            # DATABASE_URL's server; database fleet_bench_decom (re-created)
 
 Runs against a DEDICATED database that it drops and re-creates (``fleet_bench_decom``), a private
-``redis-server`` on a free port, the BMC simulator (``python -m fleet.bmcsim --plugin decommission.bmcsim``,
+``redis-server`` on a free port, the BMC simulator (``python -m world.bmc --plugin world.bmc.decommission``,
 zero task time and zero erase time: the bench measures Fleet, not drives) and 2 Celery worker processes
 (``--pool solo``); this process ticks like beat and plays every server's host agent (token, script, upload of
 real-format nvme-cli / tpm2 / nvidia-smi outputs, through the same service the HTTP endpoint calls).
@@ -127,11 +127,11 @@ def run(args: argparse.Namespace, url: str, broker: str) -> dict[str, float]:  #
     from decommission.selectors import public_keys
     from decommission.services.agent import agent_results_submit, agent_script, agent_token_issue
     from decommission.verify import verify_document
-    from fleet.bmcsim.testing import SimulatorProcess
+    from world.bmc.testing import SimulatorProcess
     from fleet.roles import user_set_role
     from tests.decommission.tool_outputs import agent_results
 
-    sim = SimulatorProcess(bmcs=args.servers, plugins=("decommission.bmcsim",)).start()
+    sim = SimulatorProcess(bmcs=args.servers, plugins=("world.bmc.decommission",)).start()
     workers: list[subprocess.Popen] = []
     try:
         t = time.perf_counter()

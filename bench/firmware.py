@@ -11,7 +11,7 @@ the shared Redis). Measured in one run, printed with the targets:
 - planning every server of the fleet (each platform's "next" bundle, ``plan_preview``: the dry run), the sum over
   platforms, median of 3; and persisting the largest platform's plan (``rollout_create``: waves + COPY of targets);
 - engine throughput: ``--engine-targets`` servers of a bench platform whose BMCs are virtual BMCs of the simulator
-  (``python -m fleet.bmcsim``, zero task time, zero reset time), a one-release bundle (BMC firmware: update,
+  (``python -m world.bmc``, zero task time, zero reset time), a one-release bundle (BMC firmware: update,
   activate, BMC reset, verify), 2 Celery worker processes (``--pool solo``), this process ticking like beat.
   Target-steps = compare-and-set advances of targets (the sum of their ``version`` columns) per second of wall time
   from start to the last target finished.
@@ -198,7 +198,7 @@ def chaos_duplicates(args: argparse.Namespace, url: str, broker: str, operator, 
     from firmware.services import rollout as svc
     from fleet import bulk
     from fleet.audit import SystemActor
-    from fleet.bmcsim.testing import SimulatorProcess
+    from world.bmc.testing import SimulatorProcess
     from inventory.models import Server, ServerPlatform
 
     n = args.chaos_targets
@@ -271,7 +271,7 @@ def engine_throughput(args: argparse.Namespace, url: str, broker: str, operator,
     from firmware.services import rollout as svc
     from fleet import bulk
     from fleet.audit import SystemActor
-    from fleet.bmcsim.testing import SimulatorProcess
+    from world.bmc.testing import SimulatorProcess
     from inventory.models import Server, ServerPlatform
 
     n = args.engine_targets

@@ -6,7 +6,7 @@
 Runs against a DEDICATED database that it drops and re-creates (``fleet_bench_tel`` unless DATABASE_URL names a
 database containing "bench"). Seeds ``--gpus`` GPUs (seed_demo), generates dcgm-exporter text PER NODE (one exporter
 per node, as dcgm-exporter runs: 8 GPUs and ~47 kB per body, 12,500 bodies for 100,000 GPUs; default counter set,
-``inventory.telemetry.synth``) with one scrape source per node, and measures in one run:
+``telemetry.synth``) with one scrape source per node, and measures in one run:
 
 - ingest: the full path for one scrape of the fleet, ``telemetry_ingest_many`` over groups of ``--group`` bodies
   (what one scrape task does after its fetches: parse + map identities + ONE inbox COPY + the per-source
@@ -81,11 +81,11 @@ def main() -> None:
     from fleet.audit import SYSTEM
     from inventory.models import Gpu
     from inventory.seed import demo_seed
-    from inventory.telemetry import partitions, rollup, selectors, services, store
-    from inventory.telemetry.models import IngestSource
-    from inventory.telemetry.parse import parse_telemetry
-    from inventory.telemetry.store import get_store, raw_copy
-    from inventory.telemetry.synth import dcgm_text_for
+    from telemetry import partitions, rollup, selectors, services, store
+    from telemetry.models import IngestSource
+    from telemetry.parse import parse_telemetry
+    from telemetry.store import get_store, raw_copy
+    from telemetry.synth import dcgm_text_for
 
     call_command("migrate", verbosity=0)
     if not Gpu.objects.exists():

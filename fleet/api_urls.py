@@ -9,8 +9,8 @@ from decommission import api_urls as decommission_api
 from firmware import api_urls as firmware_api
 from fleet import api
 from inventory import api_urls as inventory_api
-from inventory.telemetry import api_health_urls as health_api
-from inventory.telemetry import api_urls as telemetry_api
+from telemetry import api_health_urls as health_api
+from telemetry import api_urls as telemetry_api
 from procurement import api_urls as procurement_api
 
 app_name = "api"

@@ -11,7 +11,7 @@ import dj_database_url
 
 from firmware.schedule import BEAT_SCHEDULE as FIRMWARE_BEAT_SCHEDULE
 from fleet.logs import logging_config
-from inventory.telemetry.schedule import BEAT_SCHEDULE as TELEMETRY_BEAT_SCHEDULE
+from telemetry.schedule import BEAT_SCHEDULE as TELEMETRY_BEAT_SCHEDULE
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("FLEET_VAR_DIR", BASE_DIR / "var"))
@@ -60,7 +60,7 @@ INSTALLED_APPS = [
     "django_htmx",
     "fleet",
     "inventory",
-    "inventory.telemetry",
+    "telemetry",
     "firmware",
     "procurement",
     "decommission",
@@ -181,7 +181,7 @@ FLEET_ROLLOUT_VERIFY_SECONDS = int(os.environ.get("FLEET_ROLLOUT_VERIFY_SECONDS"
 # A release is revoked once its firmware failures reach this count AND this share of its outcomes.
 FLEET_DEMOTE_MIN_FAILURES = int(os.environ.get("FLEET_DEMOTE_MIN_FAILURES", "3"))
 FLEET_DEMOTE_FAILURE_RATIO = float(os.environ.get("FLEET_DEMOTE_FAILURE_RATIO", "0.2"))
-# --- Telemetry --- (inventory.telemetry; docs/telemetry.md)
+# --- Telemetry --- (telemetry; docs/telemetry.md)
 FLEET_TELEMETRY_RAW_DAYS = int(os.environ.get("FLEET_TELEMETRY_RAW_DAYS", "14"))  # raw samples, daily partitions
 FLEET_TELEMETRY_5M_DAYS = int(os.environ.get("FLEET_TELEMETRY_5M_DAYS", "90"))  # 5-minute rollups
 FLEET_TELEMETRY_PARTITIONS_AHEAD = int(os.environ.get("FLEET_TELEMETRY_PARTITIONS_AHEAD", "3"))  # days

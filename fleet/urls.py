@@ -27,7 +27,7 @@ urlpatterns = [
     path("api/v1/", include("fleet.api_urls")),
     path("", include("fleet.web_urls")),
     path("", include("inventory.urls")),
-    path("", include("inventory.telemetry.urls")),
+    path("", include("telemetry.urls")),
     path("", include("firmware.urls")),
     path("", include("procurement.urls")),
     path("", include("decommission.urls")),

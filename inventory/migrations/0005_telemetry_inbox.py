@@ -1,5 +1,5 @@
 # The telemetry inbox (PostgreSQL): the ingest path's whole write stage is one binary COPY into it; the merge
-# (inventory.telemetry.store.PostgresStore.merge, a beat task every 15 s) moves its rows into the raw
+# (telemetry.store.PostgresStore.merge, a beat task every 15 s) moves its rows into the raw
 # tables, the counter and XID tables and the latest-value table, then TRUNCATEs it. A plain LOGGED table
 # (a committed batch survives a crash) with no index and no constraint: appends cost the heap write alone.
 # SQLite keeps its direct write path and has no inbox. Design: docs/telemetry.md.

@@ -32,7 +32,7 @@ XID_CAUSE = {48: "hbm", 63: "hbm", 64: "hbm", 94: "hbm", 95: "hbm", 74: "nvlink"
 def flag_evidence(gpu_id: int) -> dict[str, Any]:
     """Cause and evidence from the GPU's open health flags (empty when telemetry is not installed or no flag)."""
     try:
-        from inventory.telemetry.health_selectors import gpu_open_flags
+        from telemetry.health_selectors import gpu_open_flags
     except ImportError:
         return {}
     flags = gpu_open_flags(gpu_id=gpu_id)

@@ -32,7 +32,7 @@
   var playing = null;
 
   // --- data ---------------------------------------------------------------------------------------------
-  // The heatmap API (inventory.telemetry.selectors.heatmap_data) returns parallel arrays in fleet order:
+  // The heatmap API (telemetry.selectors.heatmap_data) returns parallel arrays in fleet order:
   // "gpus" (ids), "values" (None: unknown), and "groups" {site,row,rack,server: {id, name, start}}: each group
   // is contiguous and starts at index start[i] of "gpus".
 

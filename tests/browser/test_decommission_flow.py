@@ -17,7 +17,7 @@ from decommission import services
 from decommission.models import DecommissionRequest, Medium
 from decommission.services.agent import agent_token_issue
 from fleet import dispatch
-from fleet.bmcsim.testing import running_simulator
+from world.bmc.testing import running_simulator
 from inventory.services import record_update
 from tests.browser.helpers import CHROMIUM, login, shot
 from tests.decommission.decom_factories import server_with_gpus
@@ -35,7 +35,7 @@ pytestmark = [
 def sim(settings, tmp_path):
     settings.DECOMMISSION_SIGNING_KEY_DIR = str(tmp_path / "keys")
     settings.DECOMMISSION_POLL_SECONDS = 0.0
-    with running_simulator(bmcs=1, task_seconds=0, plugins=["decommission.bmcsim"], bmc_reset_seconds=0) as server:
+    with running_simulator(bmcs=1, task_seconds=0, plugins=["world.bmc.decommission"], bmc_reset_seconds=0) as server:
         server.sim.bmc("bmc-0001").extra["decommission"]["erase_seconds"] = 0
         yield server
 

@@ -8,8 +8,8 @@ import datetime as dt
 import pytest
 from django.utils import timezone
 
-from inventory.telemetry.rollup import FIVE_MIN, floor
-from inventory.telemetry.selectors import heatmap_layout_forget
+from telemetry.rollup import FIVE_MIN, floor
+from telemetry.selectors import heatmap_layout_forget
 from tests import factories
 from tests.browser.helpers import CHROMIUM, login, shot
 from tests.telemetry.test_health import hours_of, sample, write

@@ -14,7 +14,7 @@ from django.conf import settings as django_settings
 from django.db import connection, transaction
 
 from firmware.models import Rollout, RolloutState, TargetState
-from fleet.bmcsim.testing import running_simulator
+from world.bmc.testing import running_simulator
 from tests.browser.helpers import CHROMIUM, login, shot
 from tests.firmware import fw_factories, rollout_fleet
 

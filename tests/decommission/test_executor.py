@@ -16,7 +16,7 @@ from decommission.executor import run_due
 from decommission.inventory_run import inventory_collect
 from decommission.models import Asset, MediaState, Medium
 from decommission.services.agent import agent_results_submit, agent_script, agent_token_issue
-from fleet.bmcsim.testing import running_simulator
+from world.bmc.testing import running_simulator
 from inventory.services import record_update
 from tests.decommission.decom_factories import server_with_gpus
 from tests.decommission.tool_outputs import agent_results
@@ -29,7 +29,7 @@ def sim(settings, tmp_path):
     settings.DECOMMISSION_SIGNING_KEY_DIR = str(tmp_path / "keys")
     settings.DECOMMISSION_SETTLE_SECONDS = 0.0
     settings.DECOMMISSION_POLL_SECONDS = 0.0
-    with running_simulator(bmcs=2, task_seconds=0, plugins=["decommission.bmcsim"], bmc_reset_seconds=0) as server:
+    with running_simulator(bmcs=2, task_seconds=0, plugins=["world.bmc.decommission"], bmc_reset_seconds=0) as server:
         for bmc in server.sim.bmc_ids():
             server.sim.bmc(bmc).extra["decommission"]["erase_seconds"] = 0
         yield server

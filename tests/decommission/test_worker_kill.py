@@ -14,7 +14,7 @@ from decommission import services
 from decommission.models import MediaState, Medium
 from decommission.services.agent import agent_results_submit, agent_script, agent_token_issue
 from fleet import dispatch
-from fleet.bmcsim.testing import SimulatorProcess
+from world.bmc.testing import SimulatorProcess
 from inventory.services import record_update
 from tests.decommission.decom_factories import server_with_gpus
 from tests.decommission.tool_outputs import agent_results
@@ -51,7 +51,7 @@ def test_worker_killed_mid_step_sends_nothing_twice_and_the_request_completes(us
     monkeypatch.setattr(settings, "DECOMMISSION_SIGNING_KEY_DIR", str(tmp_path / "keys"))
     monkeypatch.setenv("DECOMMISSION_SIM_ERASE_SECONDS", "0")
     redis.Redis.from_url(settings.REDIS_URL).delete("celery")
-    sim = SimulatorProcess(bmcs=1, plugins=("decommission.bmcsim",))
+    sim = SimulatorProcess(bmcs=1, plugins=("world.bmc.decommission",))
     sim.start()
     workers: list[subprocess.Popen] = []
     try:

@@ -11,7 +11,7 @@ from firmware.models import ErrorClass, RolloutState, RolloutTarget, TargetState
 from firmware.models.rollout import TARGET_PAST_NO_RETURN
 from firmware.services import rollout as svc
 from firmware.services import rollout_demo
-from fleet.bmcsim.testing import running_simulator
+from world.bmc.testing import running_simulator
 from tests.firmware import rollout_fleet
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -134,7 +134,7 @@ def test_a_bad_upgrade_path_on_2_percent_is_caught_by_the_canary_touching_at_mos
 
 
 def test_a_hardware_xid_during_soak_fails_the_wave(users, drive):
-    from inventory.telemetry.models import XidEvent
+    from telemetry.models import XidEvent
 
     with running_simulator(bmcs=2, task_seconds=0, bmc_reset_seconds=0.1, seed=1) as sim:
         fleet = _fleet(sim, 2)

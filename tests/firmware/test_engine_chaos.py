@@ -16,7 +16,7 @@ from firmware.models import Rollout, RolloutState, RolloutTarget, TargetState, T
 from firmware.services import engine
 from firmware.services import rollout as svc
 from fleet import dispatch
-from fleet.bmcsim.testing import SimulatorProcess
+from world.bmc.testing import SimulatorProcess
 from tests.firmware import chaos, rollout_fleet
 
 pytestmark = [

@@ -11,7 +11,7 @@ from django.utils import timezone
 from firmware.models import ErrorClass, RolloutState, RolloutTarget, RolloutWave, TargetState, TargetStep
 from firmware.services import engine
 from firmware.services import rollout as svc
-from fleet.bmcsim.testing import running_simulator
+from world.bmc.testing import running_simulator
 from tests.firmware import rollout_fleet
 
 pytestmark = pytest.mark.django_db(transaction=True)

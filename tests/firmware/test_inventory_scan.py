@@ -7,7 +7,7 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from firmware.services.observations import firmware_inventory_scan, inventory_scan_chunks
-from fleet.bmcsim.testing import running_simulator
+from world.bmc.testing import running_simulator
 from inventory.models import FirmwareObservation
 from tests.firmware import rollout_fleet
 from tests.firmware.rollout_fleet import OLD_VBIOS

@@ -9,8 +9,8 @@ import pytest
 import redfish
 import requests
 
-from fleet.bmcsim import ManualClock
-from fleet.bmcsim.testing import SimulatorProcess, running_simulator
+from world.bmc import ManualClock
+from world.bmc.testing import SimulatorProcess, running_simulator
 
 INV = "/redfish/v1/UpdateService/FirmwareInventory"
 SIMPLE_UPDATE = "/redfish/v1/UpdateService/Actions/UpdateService.SimpleUpdate"

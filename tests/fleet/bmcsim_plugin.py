@@ -1,6 +1,6 @@
 """A bmcsim plugin for tests: a Drive.SecureErase action that starts a task and wipes the drive when it ends."""
 
-from fleet.bmcsim import Plugin, RedfishError
+from world.bmc import Plugin, RedfishError
 
 
 class ErasePlugin(Plugin):

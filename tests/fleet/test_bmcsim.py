@@ -1,11 +1,11 @@
-"""fleet/bmcsim's core for every plugin, over real HTTP through fleet/redfish.py: a plugin's routes, the counters
+"""world/bmc's core for every plugin, over real HTTP through fleet/redfish.py: a plugin's routes, the counters
 of mutating requests, late processing, reboot windows (refused / 503 / 404), task purging, error kinds."""
 
 import time
 
 import pytest
 
-from fleet.bmcsim.testing import SimulatorControl, SimulatorProcess, running_simulator
+from world.bmc.testing import SimulatorControl, SimulatorProcess, running_simulator
 from fleet.redfish import BmcError, ErrorKind, RedfishSession
 
 ERASE = "/redfish/v1/Systems/1/Storage/1/Drives/0/Actions/Drive.SecureErase"

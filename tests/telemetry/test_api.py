@@ -13,17 +13,17 @@ from django.test import override_settings
 from django.urls import reverse
 from django.utils import timezone
 
-from inventory.telemetry import partitions, services
-from inventory.telemetry.models import IngestSource, XidEvent
-from inventory.telemetry.rollup import FIVE_MIN, floor, rollup_range
-from inventory.telemetry.selectors import (
+from telemetry import partitions, services
+from telemetry.models import IngestSource, XidEvent
+from telemetry.rollup import FIVE_MIN, floor, rollup_range
+from telemetry.selectors import (
     heatmap_data,
     heatmap_frames,
     heatmap_layout_forget,
     history,
     history_tier,
 )
-from inventory.telemetry.store import SampleRow, get_store
+from telemetry.store import SampleRow, get_store
 from tests import factories
 
 pytestmark = pytest.mark.django_db

@@ -22,8 +22,8 @@ import pytest
 from django.db import connection
 from rest_framework.authtoken.models import Token
 
-from inventory.telemetry import partitions, services
-from inventory.telemetry.models import GpuLatest
+from telemetry import partitions, services
+from telemetry.models import GpuLatest
 from tests import factories
 
 PUSH = "/api/v1/telemetry/prometheus"

@@ -15,10 +15,10 @@ from django.db import transaction
 
 from fleet.models import AuditEvent
 from inventory.models import GpuState, GpuStateChange
-from inventory.telemetry.health import evidence_text, health_evaluate, health_flag_act, poisson_tail
-from inventory.telemetry.models import HealthFlag, XidEvent
-from inventory.telemetry.rollup import rollup_range
-from inventory.telemetry.store import SampleRow, get_store
+from telemetry.health import evidence_text, health_evaluate, health_flag_act, poisson_tail
+from telemetry.models import HealthFlag, XidEvent
+from telemetry.rollup import rollup_range
+from telemetry.store import SampleRow, get_store
 from tests import factories
 
 pytestmark = [pytest.mark.django_db, pytest.mark.sqlite]  # the same criteria on both backends

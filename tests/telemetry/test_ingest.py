@@ -15,10 +15,10 @@ from django.db import connection
 from django.utils import timezone
 
 from fleet import dispatch
-from inventory.telemetry import demo, partitions, services, tasks
-from inventory.telemetry.models import GpuLatest, IngestKind, IngestSource, XidEvent
-from inventory.telemetry.sample import TelemetryParseError
-from inventory.telemetry.synth import dcgm_text_for
+from telemetry import demo, partitions, services, tasks
+from telemetry.models import GpuLatest, IngestKind, IngestSource, XidEvent
+from telemetry.sample import TelemetryParseError
+from telemetry.synth import dcgm_text_for
 from tests import factories
 from tests.samples import SAMPLES
 
@@ -294,7 +294,7 @@ def test_scrape_claims_respect_the_concurrency_cap():
 def test_scrape_beat_task_sends_the_claimed_sources_in_groups(monkeypatch, django_capture_on_commit_callbacks):
     sent = []
     monkeypatch.setattr(dispatch, "send", lambda name, group: sent.append(group)
-                        if name == "inventory.telemetry.tasks.telemetry_scrape_many_task" else None)
+                        if name == "telemetry.tasks.telemetry_scrape_many_task" else None)
     monkeypatch.setattr(services, "SCRAPE_GROUP", 2)
     ids = [source(f"b{n}", kind=IngestKind.SCRAPE, url=f"http://127.0.0.1:9/{n}").pk for n in range(5)]
     with django_capture_on_commit_callbacks(execute=True):
@@ -312,7 +312,7 @@ def test_demo_backfill_writes_history_and_registers_the_exporter():
     now = dt.datetime(2026, 3, 2, 12, 0, tzinfo=dt.UTC)
     done = demo.telemetry_demo_backfill(hours=2, now=now)
     assert done == {"gpus": 4, "samples": 4 * 24, "steps": 24}
-    from inventory.telemetry.models import Rollup5m, RollupGroup5m
+    from telemetry.models import Rollup5m, RollupGroup5m
 
     assert Rollup5m.objects.count() == 4 * 24
     assert RollupGroup5m.objects.filter(level="rack", group_id=rack.pk).count() == 24
@@ -365,7 +365,7 @@ def test_scrape_group_fetches_concurrently_and_records_each_source(exporter):
 @pytest.fixture
 def demo_rack(monkeypatch):
     """32 GPUs in one rack, 12 of them (every demo role once) with a synthetic problem."""
-    from inventory.telemetry import synth
+    from telemetry import synth
 
     monkeypatch.setattr(synth, "DEMO_PROBLEM_SHARE", len(synth.DEMO_ROLES) / 32)
     rack = factories.rack(factories.site("demo"), name="demo-r01")
@@ -377,8 +377,8 @@ def demo_rack(monkeypatch):
 
 @pytest.mark.sqlite
 def test_demo_backfill_has_a_few_problem_gpus_that_health_flags(demo_rack):
-    from inventory.telemetry.health import health_evaluate
-    from inventory.telemetry.models import HealthFlag
+    from telemetry.health import health_evaluate
+    from telemetry.models import HealthFlag
 
     roles, _ = demo_rack
     now = dt.datetime(2026, 3, 2, 12, 0, tzinfo=dt.UTC)
@@ -404,7 +404,7 @@ def test_demo_backfill_has_a_few_problem_gpus_that_health_flags(demo_rack):
 def test_demo_exporter_continues_the_backfill(demo_rack):
     """A scrape of the demo exporter right after the backfill: the same band (no cliff at the present), the same
     counters and last XIDs (no new XID event, no counter change except the GPU with an ECC error every 100 min)."""
-    from inventory.telemetry.synth import demo_fleet
+    from telemetry.synth import demo_fleet
 
     roles, servers = demo_rack
     now = timezone.now()

@@ -9,16 +9,16 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from inventory.telemetry import prom, synth
-from inventory.telemetry.dcgm import (
+from telemetry import prom, synth
+from telemetry.dcgm import (
     FIELDS,
     THROTTLE_HW_MASK,
     parse_dcgm,
     throttle_reason_names,
 )
-from inventory.telemetry.kernel import parse_kernel_log
-from inventory.telemetry.parse import parse_telemetry
-from inventory.telemetry.sample import TelemetryParseError
+from telemetry.kernel import parse_kernel_log
+from telemetry.parse import parse_telemetry
+from telemetry.sample import TelemetryParseError
 from tests.samples import SAMPLES
 
 FIXTURES = SAMPLES

@@ -12,11 +12,11 @@ import pytest
 from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
-from inventory.telemetry import partitions
-from inventory.telemetry.models import GpuLatest, Rollup1h, Rollup5m, RollupCursor, RollupGroup5m, XidEvent
-from inventory.telemetry.rollup import rollup_range, rollup_tick
-from inventory.telemetry.services import identity_cache_clear
-from inventory.telemetry.store import SampleRow, WriteResult, get_store
+from telemetry import partitions
+from telemetry.models import GpuLatest, Rollup1h, Rollup5m, RollupCursor, RollupGroup5m, XidEvent
+from telemetry.rollup import rollup_range, rollup_tick
+from telemetry.services import identity_cache_clear
+from telemetry.store import SampleRow, WriteResult, get_store
 from tests import factories
 
 pytestmark = pytest.mark.django_db
@@ -141,7 +141,7 @@ def test_raw_sample_costs_at_most_70_bytes_on_disk(gpus):
 
 @pytest.mark.sqlite
 def test_batch_is_all_or_nothing(gpus, monkeypatch):
-    from inventory.telemetry import store
+    from telemetry import store
 
     rows = [row(gpus[0].pk, T0), row(gpus[1].pk, T0, ecc_sbe=4, xid=79)]
     if connection.vendor == "postgresql":

@@ -13,9 +13,9 @@ from django.urls import include, path, reverse
 
 from fleet.models import AuditEvent
 from inventory.models import GpuState
-from inventory.telemetry import api_health_urls
-from inventory.telemetry.health import health_evaluate
-from inventory.telemetry.models import HealthFlag
+from telemetry import api_health_urls
+from telemetry.health import health_evaluate
+from telemetry.models import HealthFlag
 from tests import factories
 from tests.telemetry.test_health import sample, write, xids
 

@@ -35,8 +35,8 @@ from fleet.audit import SYSTEM
 from fleet.roles import ADMIN, APPROVER, OPERATOR, VIEWER, roles_sync, user_set_role
 from inventory.demo import inventory_is_empty
 from inventory.models import Gpu
-from inventory.telemetry.demo import telemetry_demo_backfill
-from inventory.telemetry.health import health_evaluate
+from telemetry.demo import telemetry_demo_backfill
+from telemetry.health import health_evaluate
 from procurement.demo import procurement_demo_seed
 
 DEMO_ROLES = (VIEWER, OPERATOR, APPROVER)

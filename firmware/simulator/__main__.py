@@ -1,3 +1,0 @@
-from fleet.bmcsim.cli import main
-
-main()

@@ -1,0 +1,57 @@
+"""What the chart partial (``templates/telemetry/includes/chart.html``) needs: scope, panels, the current values
+and XID markers of a GPU. The series themselves come from the history API (``charts.js``), each range read from
+the tier that covers it (``resolution=auto``)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from django.urls import NoReverseMatch, reverse
+from django.utils import timezone
+
+from inventory.models import Gpu, Server
+from telemetry.dcgm import throttle_reason_names
+from telemetry.models import GpuLatest, XidEvent
+
+RANGES = (("1h", "1 h"), ("24h", "24 h"), ("7d", "7 d"), ("90d", "90 d"), ("1y", "1 y"))
+XID_MARKERS = 500  # newest XIDs of the last year drawn as markers
+
+
+def history_url() -> str:
+    try:
+        return reverse("api:telemetry-history")
+    except NoReverseMatch:
+        return "/api/v1/telemetry/history/"
+
+
+def _base(scope: str, scope_id: int, title: str, panels: tuple[str, ...]) -> dict[str, Any]:
+    return {"scope": scope, "id": scope_id, "title": title, "panels": ",".join(panels), "ranges": RANGES,
+            "default_range": "24h", "history_url": history_url(), "dom_id": f"chart-{scope}-{scope_id}"}
+
+
+def gpu_chart(gpu: Gpu) -> dict[str, Any]:
+    """Temperature band, power, throttling, errors for one GPU, with its latest sample (two queries)."""
+    chart = _base("gpu", gpu.pk, f"GPU {gpu.identity}", ("temp", "power", "throttle", "errors"))
+    latest = GpuLatest.objects.filter(gpu_id=gpu.pk).first()
+    since = timezone.now() - dt.timedelta(days=366)
+    xids = XidEvent.objects.filter(gpu_id=gpu.pk, at__gte=since).order_by("-at").values_list("at", "xid", "hardware")
+    chart.update({
+        "latest": latest,
+        "throttle_reasons": throttle_reason_names(latest.throttle_mask) if latest else [],
+        "xids": [{"t": int(at.timestamp()), "xid": xid, "hw": hw} for at, xid, hw in xids[:XID_MARKERS]],
+    })
+    return chart
+
+
+def group_chart(level: str, group_id: int, title: str) -> dict[str, Any]:
+    """Rack, row or site aggregate: temperature average and maximum, power sum."""
+    return _base(level, group_id, title, ("temp", "power"))
+
+
+def server_chart(server: Server, gpus: list[Gpu]) -> dict[str, Any]:
+    """One series per GPU of the server (mean temperature, mean power)."""
+    chart = _base("server", server.pk, server.hostname, ("temp", "power"))
+    chart["series"] = [{"id": gpu.pk, "label": f"slot {gpu.module_id}" if gpu.module_id is not None else f"#{gpu.pk}"}
+                       for gpu in gpus]
+    return chart

@@ -1,0 +1,389 @@
+"""Every telemetry read a page or an endpoint needs: history per tier, the fleet heatmap, ingest status.
+
+Signatures and tier rules: ``docs/telemetry.md``. The raw tables are read with SQL (they have no model).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from collections.abc import Iterable, Sequence
+from typing import Any, Literal
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.db.models import QuerySet
+from django.utils import timezone
+
+from inventory.models import Gpu, Rack, Row, Server, Site
+from telemetry.dcgm import THROTTLE_HW_MASK
+from telemetry.models import GpuLatest, HealthFlag, IngestSource, XidEvent
+from telemetry.rollup import FIVE_MIN, floor
+
+Scope = Literal["gpu", "rack", "row", "site"]
+Resolution = Literal["auto", "raw", "5m", "1h"]
+Point = tuple[dt.datetime, float | None, float | None, float | None]
+
+METRICS = ("gpu_temp", "mem_temp", "power", "sm_clock", "tlimit", "throttle", "xid")
+HEATMAP_METRICS = ("gpu_temp", "mem_temp", "power", "sm_clock", "tlimit", "throttle", "health")
+SCOPES = ("gpu", "rack", "row", "site")
+RESOLUTIONS = ("auto", "raw", "5m", "1h")
+RAW_MAX_SPAN = dt.timedelta(hours=6)
+FIVE_MIN_MAX_SPAN = dt.timedelta(days=7)
+UNITS = {"gpu_temp": "C", "mem_temp": "C", "power": "W", "sm_clock": "MHz", "tlimit": "C", "throttle": "fraction",
+         "xid": "events", "health": "severity"}
+
+# (min, avg, max) expressions per metric: raw sample columns, per-GPU rollups, group rollups.
+_RAW = {
+    "gpu_temp": "gpu_temp_c", "mem_temp": "mem_temp_c", "power": "power_w", "sm_clock": "sm_clock_mhz",
+    "tlimit": "tlimit_c", "throttle": f"CASE WHEN (throttle_mask & {THROTTLE_HW_MASK}) <> 0 THEN 1 ELSE 0 END",
+}
+_GPU_ROLLUP = {
+    "gpu_temp": ("gpu_temp_min", "gpu_temp_avg", "gpu_temp_max"),
+    "mem_temp": ("NULL", "NULL", "mem_temp_max"),
+    "power": ("power_min", "power_avg", "power_max"),
+    "sm_clock": ("NULL", "sm_clock_avg", "NULL"),
+    "tlimit": ("tlimit_min", "NULL", "NULL"),
+    "throttle": ("NULL", "CAST(throttled_samples AS real) / NULLIF(n_samples, 0)", "NULL"),
+    "xid": ("NULL", "hw_xid_count", "NULL"),
+}
+_GROUP_ROLLUP = {
+    **_GPU_ROLLUP,
+    "throttle": ("NULL", "CAST(throttled_gpus AS real) / NULLIF(n_gpus, 0)", "NULL"),
+}
+
+
+class HistoryError(ValueError):
+    """A history query that cannot be answered (``field`` names the parameter at fault)."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+def history_tier(*, scope: Scope, start: dt.datetime, end: dt.datetime, resolution: Resolution = "auto",
+                 now: dt.datetime | None = None) -> str:
+    """The tier a history query reads: ``raw`` (one GPU, up to 6 h, within the raw retention), ``5m`` (up to
+    7 days, within the 5-minute retention) or ``1h``. An explicit resolution is taken as asked, except ``raw``
+    for a group (there is no raw group data: 5m)."""
+    if resolution != "auto":
+        return "5m" if resolution == "raw" and scope != "gpu" else resolution
+    now = now or timezone.now()
+    span = end - start
+    if scope == "gpu" and span <= RAW_MAX_SPAN and start >= now - dt.timedelta(days=settings.FLEET_TELEMETRY_RAW_DAYS):
+        return "raw"
+    if span <= FIVE_MIN_MAX_SPAN and start >= now - dt.timedelta(days=settings.FLEET_TELEMETRY_5M_DAYS):
+        return "5m"
+    return "1h"
+
+
+def _rows(sql: str, params: Sequence[Any]) -> list[tuple]:
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.fetchall()
+
+
+def _dt(value: Any) -> dt.datetime:
+    """A timestamp column as an aware datetime (SQLite returns text for the tables without a model)."""
+    if isinstance(value, str):
+        value = dt.datetime.fromisoformat(value)
+    return value if value.tzinfo else value.replace(tzinfo=dt.UTC)
+
+
+def _num(value: Any) -> float | None:
+    return None if value is None else float(value)
+
+
+def history(*, scope: Scope, scope_id: int, metric: str, start: dt.datetime, end: dt.datetime,
+            resolution: Resolution = "auto") -> list[Point]:
+    """``[(bucket start, min, avg, max), ...]`` of ``metric`` for one GPU, rack, row or site, oldest first.
+
+    Raw points are single samples (min = avg = max). Metrics with only one aggregate leave the others None:
+    ``mem_temp`` (max), ``sm_clock`` (avg), ``tlimit`` (min: the least headroom), ``throttle`` (avg: the
+    fraction of samples, or of GPUs, with a hardware throttle reason), ``xid`` (avg: hardware XID events).
+    """
+    if metric not in METRICS:
+        raise HistoryError("metric", f"unknown metric {metric!r}; one of {', '.join(METRICS)}")
+    if scope not in SCOPES:
+        raise HistoryError("scope", f"unknown scope {scope!r}; one of {', '.join(SCOPES)}")
+    if end <= start:
+        raise HistoryError("end", "end must be after start")
+    tier = history_tier(scope=scope, start=start, end=end, resolution=resolution)
+    params = [connection.ops.adapt_datetimefield_value(value) for value in (start, end)]
+    if metric == "xid" and tier == "raw":
+        tier = "5m"
+    if tier == "raw":
+        column = _RAW[metric]
+        rows = _rows(f"SELECT ts, {column} FROM telemetry_sample WHERE gpu_id = %s AND ts >= %s AND ts < %s "  # noqa: S608
+                     "ORDER BY ts", [scope_id, *params])
+        return [(_dt(ts), _num(v), _num(v), _num(v)) for ts, v in rows]
+    if scope == "gpu":
+        table = "telemetry_rollup5m" if tier == "5m" else "telemetry_rollup1h"
+        low, mid, high = _GPU_ROLLUP[metric]
+        where = "gpu_id = %s"
+    else:
+        table = "telemetry_rollupgroup5m" if tier == "5m" else "telemetry_rollupgroup1h"
+        low, mid, high = _GROUP_ROLLUP[metric]
+        where = "level = %s AND group_id = %s"
+    key = [scope_id] if scope == "gpu" else [scope, scope_id]
+    rows = _rows(f"SELECT bucket, {low}, {mid}, {high} FROM {table} WHERE {where} "  # noqa: S608
+                 "AND bucket >= %s AND bucket < %s ORDER BY bucket", [*key, *params])
+    return [(_dt(bucket), _num(a), _num(b), _num(c)) for bucket, a, b, c in rows]
+
+
+# --- heatmap ---------------------------------------------------------------------------------------------
+
+_LATEST_VALUE = {
+    "gpu_temp": "l.gpu_temp_c", "mem_temp": "l.mem_temp_c", "power": "l.power_w", "sm_clock": "l.sm_clock_mhz",
+    "tlimit": "l.tlimit_c", "throttle": f"CASE WHEN (l.throttle_mask & {THROTTLE_HW_MASK}) <> 0 THEN 1 ELSE 0 END",
+}
+_ROLLUP_VALUE = {
+    "gpu_temp": "r.gpu_temp_avg", "mem_temp": "r.mem_temp_max", "power": "r.power_avg", "sm_clock": "r.sm_clock_avg",
+    "tlimit": "r.tlimit_min", "throttle": "CASE WHEN r.throttled_samples > 0 THEN 1 ELSE 0 END",
+}
+# Open health flags as one number per GPU: 0 none, 1 watch, 2 drain, 3 rma.
+_HEALTH_VALUE = ("(SELECT max(CASE h.severity WHEN 'rma' THEN 3 WHEN 'drain' THEN 2 ELSE 1 END) "
+                 "FROM telemetry_healthflag h WHERE h.gpu_id = g.id AND h.cleared_at IS NULL)")
+_PLACED = ("FROM inventory_gpu g JOIN inventory_server sv ON sv.id = g.server_id "
+           "JOIN inventory_rack rk ON rk.id = g.rack_id JOIN inventory_row rw ON rw.id = g.row_id "
+           "JOIN inventory_site st ON st.id = g.site_id")
+
+
+def _value_sql(metric: str, at: dt.datetime | None) -> tuple[str, str, list[Any]]:
+    """(value expression, extra join, join params) for one heatmap metric."""
+    if metric not in HEATMAP_METRICS:
+        raise HistoryError("metric", f"unknown metric {metric!r}; one of {', '.join(HEATMAP_METRICS)}")
+    if metric == "health":
+        return _HEALTH_VALUE, "", []
+    if at is None:
+        return _LATEST_VALUE[metric], "LEFT JOIN telemetry_gpulatest l ON l.gpu_id = g.id", []
+    bucket = connection.ops.adapt_datetimefield_value(floor(at, FIVE_MIN))
+    return _ROLLUP_VALUE[metric], "LEFT JOIN telemetry_rollup5m r ON r.gpu_id = g.id AND r.bucket = %s", [bucket]
+
+
+def _groups(ids: list[int], starts: list[int], names: dict[int, str]) -> dict[str, list]:
+    return {"id": ids, "name": [names.get(i, "") for i in ids], "start": starts}
+
+
+def _order() -> str:
+    # Byte-order collation: sorting 100,000 rows on hostnames with the database's locale collation costs ~3x more.
+    c = ' COLLATE "C"' if connection.vendor == "postgresql" else ""
+    return (f"st.code{c}, rw.name{c}, rw.id, rk.position, rk.id, sv.rack_unit, sv.hostname{c}, sv.id, g.module_id, "
+            f"g.pci_bus_id{c}, g.id")
+
+
+_LEVELS = (("site", "site_id"), ("row", "row_id"), ("rack", "rack_id"), ("server", "server_id"))
+
+
+LAYOUT_MAX_AGE = 60.0  # seconds a process reuses the heatmap's GPU order: a placement change shows within a minute
+_layout: dict[str, Any] = {"at": -LAYOUT_MAX_AGE, "kept": None}
+
+
+def _heatmap_layout_postgres() -> tuple[list[int], dict[str, Any], dict[int, int]]:
+    """GPU ids in heatmap order and per level the group ids with the index of their first GPU (groups are
+    contiguous), as arrays from one statement. Sorting 100,000 joined rows is most of the heatmap's cost, and the
+    order changes only when GPUs move: kept per process for LAYOUT_MAX_AGE seconds."""
+    now = time.monotonic()
+    kept = _layout["kept"]  # one tuple: gunicorn's threads never mix two layouts
+    if kept is not None and now - _layout["at"] < LAYOUT_MAX_AGE:
+        return kept
+    levels = ", ".join(
+        f"(SELECT array_agg({key} ORDER BY s) FROM (SELECT {key}, min(i) AS s FROM o GROUP BY {key}) x), "
+        f"(SELECT array_agg(s ORDER BY s) FROM (SELECT min(i) AS s FROM o GROUP BY {key}) x)"
+        for _, key in _LEVELS)
+    sql = (f"WITH o AS MATERIALIZED (SELECT g.id, g.site_id, g.row_id, g.rack_id, g.server_id, "
+           f"row_number() OVER (ORDER BY {_order()}) - 1 AS i {_PLACED}) "
+           f"SELECT (SELECT array_agg(id ORDER BY i) FROM o), {levels}")
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SET LOCAL work_mem = '64MB'")  # the sort stays in memory
+        cursor.execute(sql)
+        row = cursor.fetchone()
+    groups = {name: (row[1 + 2 * n] or [], row[2 + 2 * n] or []) for n, (name, _) in enumerate(_LEVELS)}
+    gpus = row[0] or []
+    kept = (gpus, groups, {gpu_id: i for i, gpu_id in enumerate(gpus)})
+    _layout.update(kept=kept, at=now)
+    return kept
+
+
+def heatmap_layout_forget() -> None:
+    """Forget the kept heatmap order and documents (a test that moves GPUs or writes samples and looks again)."""
+    _layout["at"] = -LAYOUT_MAX_AGE
+    _documents.clear()
+
+
+# The heatmap is fleet-wide (the same document for every user) and its values change when the inbox is merged
+# (every 15 s): a process answers the same document for this long, then reads it anew. At 100,000 GPUs a
+# document is ~30-60 ms of SQL and arrays; bench/load.py asks for it on 1 request in 15.
+DOCUMENT_MAX_AGE = 5.0
+_documents: dict[tuple[str, dt.datetime | None], tuple[float, dict[str, Any]]] = {}
+
+
+def heatmap_data_kept(*, metric: str, at: dt.datetime | None = None) -> dict[str, Any]:
+    """:func:`heatmap_data`, the same document for up to DOCUMENT_MAX_AGE seconds per process (per metric and
+    5-minute bucket). Callers must not change it."""
+    key = (metric, floor(at, FIVE_MIN) if at else None)
+    now = time.monotonic()
+    kept = _documents.get(key)
+    if kept is not None and now - kept[0] < DOCUMENT_MAX_AGE:
+        return kept[1]
+    document = heatmap_data(metric=metric, at=at)
+    if len(_documents) >= 64:
+        _documents.clear()
+    _documents[key] = (now, document)
+    return document
+
+
+def _values_postgres(metric: str, at: dt.datetime | None) -> tuple[list[int], list[int | None]]:
+    """(gpu ids, values) of every GPU that has a value, in table order: one scan, no join, no sort."""
+    if metric == "health":
+        sql = ("SELECT array_agg(gpu_id), array_agg(v) FROM (SELECT h.gpu_id, max(CASE h.severity WHEN 'rma' THEN 3 "
+               "WHEN 'drain' THEN 2 ELSE 1 END) AS v FROM telemetry_healthflag h WHERE h.cleared_at IS NULL "
+               "GROUP BY h.gpu_id) x")
+        params: list[Any] = []
+    elif at is None:
+        sql = f"SELECT array_agg(l.gpu_id), array_agg(round({_LATEST_VALUE[metric]})::int) FROM telemetry_gpulatest l"
+        params = []
+    else:
+        sql = (f"SELECT array_agg(r.gpu_id), array_agg(round({_ROLLUP_VALUE[metric]})::int) "  # noqa: S608
+               "FROM telemetry_rollup5m r WHERE r.bucket = %s")
+        params = [floor(at, FIVE_MIN)]
+    ids, values = _rows(sql, params)[0]
+    return ids or [], values or []
+
+
+def _heatmap_arrays_postgres(metric: str, at: dt.datetime | None) -> tuple[list, list, dict[str, tuple]]:
+    gpus, groups, position = _heatmap_layout_postgres()
+    values: list[int | None] = [None] * len(gpus)
+    ids, found = _values_postgres(metric, at)
+    for gpu_id, value in zip(ids, found, strict=True):
+        i = position.get(gpu_id)
+        if i is not None:
+            values[i] = value
+    return gpus, values, groups
+
+
+def _heatmap_arrays_python(metric: str, at: dt.datetime | None) -> tuple[list, list, dict[str, tuple]]:
+    value, join, params = _value_sql(metric, at)
+    rows = _rows(f"SELECT g.id, g.site_id, g.row_id, g.rack_id, g.server_id, {value} {_PLACED} {join} "  # noqa: S608
+                 f"ORDER BY {_order()}", params)
+    groups: dict[str, tuple[list[int], list[int]]] = {name: ([], []) for name, _ in _LEVELS}
+    last: dict[str, Any] = dict.fromkeys(groups)
+    for i, row in enumerate(rows):
+        for n, (name, _) in enumerate(_LEVELS):
+            if row[1 + n] != last[name]:
+                last[name] = row[1 + n]
+                groups[name][0].append(row[1 + n])
+                groups[name][1].append(i)
+    return [r[0] for r in rows], [None if r[5] is None else round(r[5]) for r in rows], groups
+
+
+def heatmap_data(*, metric: str, at: dt.datetime | None = None) -> dict[str, Any]:
+    """Every placed GPU (in a server in a rack) with one value, in site -> row -> rack -> server -> slot order.
+
+    Parallel arrays, not one object per GPU (100,000 GPUs): ``gpus`` (ids), ``values`` (ints, None where
+    unknown), ``servers`` (index into ``groups.server`` per GPU); ``groups`` holds, for each level, the ids,
+    names and the index in ``gpus`` where each group starts (groups are contiguous). Values come from the
+    latest samples, or with ``at`` from the 5-minute rollups of that bucket (the mean over the bucket).
+    """
+    if metric not in HEATMAP_METRICS:
+        raise HistoryError("metric", f"unknown metric {metric!r}; one of {', '.join(HEATMAP_METRICS)}")
+    arrays = _heatmap_arrays_postgres if connection.vendor == "postgresql" else _heatmap_arrays_python
+    gpus, values, groups = arrays(metric, at)
+    # Derived once per layout (the layout is cached on PostgreSQL). gunicorn's threads share the layout: "names"
+    # is stored last and checked, so a thread never reads it before server_index is there (it did: a 500).
+    if "names" not in groups:
+        server_starts = groups["server"][1]
+        server_index: list[int] = []
+        for k, begin in enumerate(server_starts):
+            stop = server_starts[k + 1] if k + 1 < len(server_starts) else len(gpus)
+            server_index.extend([k] * (stop - begin))
+        groups["server_index"] = server_index
+        groups["names"] = {
+            "site": dict(Site.objects.filter(id__in=groups["site"][0]).values_list("id", "code")),
+            "row": dict(Row.objects.filter(id__in=groups["row"][0]).values_list("id", "name")),
+            "rack": dict(Rack.objects.filter(id__in=groups["rack"][0]).values_list("id", "name")),
+            "server": dict(Server.objects.filter(id__in=groups["server"][0]).values_list("id", "hostname")),
+        }
+    names = groups["names"]
+    return {
+        "metric": metric, "unit": UNITS[metric], "at": floor(at, FIVE_MIN) if at else None,
+        "gpus": gpus, "values": values, "servers": groups["server_index"],
+        "groups": {name: _groups(list(groups[name][0]), list(groups[name][1]), names[name]) for name, _ in _LEVELS},
+    }
+
+
+FRAMES_GPU_LIMIT = 600_000  # GPUs x frames above which playback frames are per rack, not per GPU
+
+
+def heatmap_frames(*, metric: str, start: dt.datetime, end: dt.datetime, step: dt.timedelta = FIVE_MIN,
+                   level: Literal["auto", "gpu", "rack"] = "auto") -> dict[str, Any]:
+    """Playback frames: one value per GPU (or per rack, for large fleets) per ``step`` from the 5-minute rollups.
+
+    ``ids`` are in heatmap order (the same GPU order as :func:`heatmap_data`, or its rack order); ``values[f][i]``
+    is frame ``f``'s value of ``ids[i]`` (None where unknown); ``times[f]`` is frame ``f``'s bucket.
+    """
+    if metric not in _ROLLUP_VALUE:
+        raise HistoryError("metric", f"unknown metric {metric!r}; one of {', '.join(_ROLLUP_VALUE)}")
+    start, end = floor(start, FIVE_MIN), floor(end, FIVE_MIN)
+    step = max(step, FIVE_MIN)
+    times = []
+    t = start
+    while t < end:
+        times.append(t)
+        t += step
+    order = _rows(f"SELECT g.id, g.rack_id {_PLACED} ORDER BY {_order()}", [])  # noqa: S608
+    if level == "auto":
+        level = "gpu" if len(order) * len(times) <= FRAMES_GPU_LIMIT else "rack"
+    if level == "gpu":
+        ids = [gpu_id for gpu_id, _ in order]
+        table, key, where = "telemetry_rollup5m r", "r.gpu_id", ""
+        value = _ROLLUP_VALUE[metric]
+    else:
+        ids = list(dict.fromkeys(rack_id for _, rack_id in order))
+        table, key, where = "telemetry_rollupgroup5m r", "r.group_id", "r.level = 'rack' AND "
+        value = {**_ROLLUP_VALUE, "throttle": "r.throttled_gpus"}[metric]  # same column names per rack
+    position = {value_id: i for i, value_id in enumerate(ids)}
+    frame_of = {t: f for f, t in enumerate(times)}
+    values: list[list[int | None]] = [[None] * len(ids) for _ in times]
+    params = [connection.ops.adapt_datetimefield_value(value) for value in (start, end)]
+    for bucket, key_id, v in _rows(f"SELECT r.bucket, {key}, {value} FROM {table} "  # noqa: S608
+                                   f"WHERE {where}r.bucket >= %s AND r.bucket < %s", params):
+        frame = frame_of.get(_dt(bucket))
+        i = position.get(key_id)
+        if frame is not None and i is not None and v is not None:
+            values[frame][i] = round(v)
+    return {"metric": metric, "unit": UNITS[metric], "level": level, "step_s": int(step.total_seconds()),
+            "times": times, "ids": ids, "values": values}
+
+
+# --- status, latest, events ------------------------------------------------------------------------------------
+
+def ingest_sources() -> QuerySet[IngestSource]:
+    return IngestSource.objects.order_by("name", "id")
+
+
+def latest_for(*, gpu_ids: Iterable[int]) -> dict[int, GpuLatest]:
+    """The latest sample of each GPU (for "current" columns on list pages): one query."""
+    return {latest.gpu_id: latest for latest in GpuLatest.objects.filter(gpu_id__in=list(gpu_ids))}
+
+
+def xid_events(*, gpu_id: int | None = None, hardware: bool | None = None) -> QuerySet[XidEvent]:
+    queryset = XidEvent.objects.select_related("gpu", "ingest_source")
+    if gpu_id is not None:
+        queryset = queryset.filter(gpu_id=gpu_id)
+    if hardware is not None:
+        queryset = queryset.filter(hardware=hardware)
+    return queryset.order_by("-at", "-id")
+
+
+def open_health_flags() -> QuerySet[HealthFlag]:
+    return HealthFlag.objects.filter(cleared_at__isnull=True).select_related("gpu").order_by("-raised_at", "-id")
+
+
+def gpus_with_identity(*, gpu_ids: Iterable[int] | None = None) -> list[tuple[str, str, str, str]]:
+    """(uuid, hostname, PCI bus id, model name) of placed GPUs with a UUID: what the exporter simulator serves."""
+    queryset = Gpu.objects.filter(server__isnull=False, uuid__isnull=False)
+    if gpu_ids is not None:
+        queryset = queryset.filter(id__in=list(gpu_ids))
+    return list(queryset.order_by("server__hostname", "pci_bus_id")
+                .values_list("uuid", "server__hostname", "pci_bus_id", "model__name"))
