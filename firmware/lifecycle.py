@@ -61,11 +61,13 @@ _NOT_TERMINAL = tuple(s for s in S.values if s not in TERMINAL_STATES)
 ROLLOUT_ACTIONS: dict[str, RolloutAction] = {
     "plan": RolloutAction("Re-plan", OPERATOR, (S.DRAFT, S.PLANNED), S.PLANNED),
     "submit": RolloutAction("Submit for approval", OPERATOR, (S.PLANNED,), S.AWAITING_APPROVAL, style="primary"),
-    "approve": RolloutAction("Approve", APPROVER, (S.AWAITING_APPROVAL,), S.APPROVED, style="primary"),
+    "approve_start": RolloutAction("Approve and start", APPROVER, (S.AWAITING_APPROVAL,), S.RUNNING,
+                                   style="primary"),
+    "approve": RolloutAction("Approve only", APPROVER, (S.AWAITING_APPROVAL,), S.APPROVED),
     "reject": RolloutAction("Send back", APPROVER, (S.AWAITING_APPROVAL,), S.PLANNED, reason="optional"),
     "start": RolloutAction("Start", OPERATOR, (S.APPROVED,), S.RUNNING, style="primary"),
     "pause": RolloutAction("Pause", OPERATOR, (S.RUNNING,), S.PAUSED, reason="required"),
-    "resume": RolloutAction("Resume", OPERATOR, (S.PAUSED,), S.RUNNING, style="primary"),
+    "resume": RolloutAction("Resume", OPERATOR, (S.PAUSED,), S.RUNNING, reason="optional", style="primary"),
     "retry_exceptions": RolloutAction(
         "Retry the exceptions", OPERATOR, (S.COMPLETED_WITH_EXCEPTIONS,), S.RUNNING, style="primary",
         confirm="Send the infra-failed and inconclusive targets through the engine again?"),
@@ -94,7 +96,7 @@ def rollout_actions(user: Any, rollout: Any) -> list[tuple[str, RolloutAction]]:
     for name, action in ROLLOUT_ACTIONS.items():
         if rollout.state not in action.states or not has_role(user, action.role):
             continue
-        if name in ("approve", "reject") and getattr(user, "pk", None) == rollout.created_by_id:
+        if name in ("approve", "approve_start", "reject") and getattr(user, "pk", None) == rollout.created_by_id:
             continue
         if name == "rollback" and rollout.previous_bundle_id is None:
             continue

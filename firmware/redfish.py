@@ -208,24 +208,28 @@ class BmcClient:
         """Every task the BMC keeps (for reconciling an update whose reply was lost)."""
         return [self.get(strip_prefix(self.url, uri)) for uri in self.members(f"{ROOT}/TaskService/Tasks")]
 
-    def find_update_task(self, *, image_uri: str, targets: list[str]) -> TaskInfo | None:
-        """The task an earlier update of ``targets`` with ``image_uri`` created, if the BMC has it."""
-        wanted = {f"{INVENTORY}/{t}" for t in targets}
+    def find_update_task(self, *, image_uri: str, targets: list[str], version: str = "",
+                         exclude: set[str] | frozenset[str] = frozenset()) -> TaskInfo | None:
+        """The task an earlier update of ``targets`` with ``image_uri`` created, if the BMC still keeps it.
+
+        Standard evidence only: a task names what it updates in ``Messages[].MessageArgs`` (the image URI or its
+        file name, each component id, the version it installs: NVIDIA's ``Update.1.0.TargetDetermined`` /
+        ``TransferringToComponent`` / ``UpdateSuccessful``). A task matches when every target is named and the
+        image or the version is; ``Payload`` (optional in DMTF, hidden by most BMCs) is an extra. ``exclude``:
+        task URIs already accounted for (an earlier attempt's task is not this request's)."""
         filename = urlsplit(image_uri).path.rsplit("/", 1)[-1]
         for doc in reversed(self.tasks()):
-            body = (doc.get("Payload") or {}).get("JsonBody") or {}
-            if isinstance(body, str):
-                try:
-                    body = json.loads(body)
-                except ValueError:
-                    continue
-            image = str(body.get("ImageURI", ""))
-            if image not in (image_uri, filename):
+            uri = strip_prefix(self.url, str(doc.get("@odata.id", "")))
+            if uri in exclude:
                 continue
-            uris = {t.get("@odata.id", "") if isinstance(t, dict) else str(t) for t in body.get("Targets", [])}
-            if not uris or uris & wanted:
-                return _task_info(doc.get("@odata.id", ""), doc, None)
+            if task_names(doc, image_uri=image_uri, filename=filename, version=version, targets=targets):
+                return _task_info(uri, doc, None)
         return None
+
+    def manager_times(self, manager_path: str) -> tuple[str, str]:
+        """(LastResetTime, DateTime) of a manager or system, as the BMC reports them ("" for one it omits)."""
+        doc = self.get(strip_prefix(self.url, manager_path))
+        return str(doc.get("LastResetTime") or ""), str(doc.get("DateTime") or "")
 
     # --- activation -------------------------------------------------------------------------------------------
     def activate(self, targets: list[str]) -> int:
@@ -237,6 +241,31 @@ class BmcClient:
             response = self._request("POST", f"{UPDATE_SERVICE}/Actions/UpdateService.StartUpdate", {})
         if response.status >= 400:
             raise BmcError(f"activate refused: HTTP {response.status} {error_text(response)}",
+                           error_class=ErrorClass.FIRMWARE, status=response.status)
+        return int(response.status)
+
+    def reset_paths(self, kind: str, related: list[str] | None = None) -> list[str]:
+        """The resources a reset of ``kind`` goes to (see ``reset``): one per manager for a BMC reset."""
+        collection = RESET_ACTIONS[kind][0]
+        direct = [r for r in related or [] if f"{ROOT}/Managers/" in r] if kind == "bmc_reset" else []
+        if direct and len(direct) == len(related or []):
+            return sorted({strip_prefix(self.url, r) for r in direct})
+        members = self.collection(collection)
+        if not members:
+            raise BmcError(f"no {collection} to reset", error_class=ErrorClass.FIRMWARE)
+        chosen = [members[0]]
+        if kind == "bmc_reset" and related:
+            names = {r.rstrip("/").rsplit("/", 1)[-1] for r in related}
+            chosen = [m for m in members if m.rstrip("/").rsplit("/", 1)[-1] in names] or chosen
+        return [strip_prefix(self.url, m) for m in chosen]
+
+    def reset_one(self, kind: str, path: str) -> int:
+        """One reset request of ``kind`` to one resource (a manager, system or chassis path)."""
+        _collection, action, reset_type = RESET_ACTIONS[kind]
+        response = self._request("POST", f"{path}/Actions/{action}", {"ResetType": reset_type})
+        not_up(response, action)
+        if response.status >= 400:
+            raise BmcError(f"{action} {reset_type} refused: HTTP {response.status} {error_text(response)}",
                            error_class=ErrorClass.FIRMWARE, status=response.status)
         return int(response.status)
 
@@ -266,6 +295,29 @@ class BmcClient:
                                error_class=ErrorClass.FIRMWARE, status=response.status)
             status = int(response.status)
         return status
+
+
+def task_names(doc: dict[str, Any], *, image_uri: str, filename: str, version: str, targets: list[str]) -> bool:
+    """Whether a task document names this update: every target, and the image or the version (see
+    ``BmcClient.find_update_task``)."""
+    args: set[str] = set()
+    for message in doc.get("Messages") or []:
+        if isinstance(message, dict):
+            args.update(str(a) for a in message.get("MessageArgs") or [])
+    names = {a.rstrip("/").rsplit("/", 1)[-1] for a in args} | args
+    image_named = bool({image_uri, filename} & names) or any(a.endswith("/" + filename) for a in args if filename)
+    if set(targets) <= names and (image_named or (version and version in names)):
+        return True
+    body = (doc.get("Payload") or {}).get("JsonBody") or {}
+    if isinstance(body, str):
+        try:
+            body = json.loads(body)
+        except ValueError:
+            return False
+    if not isinstance(body, dict) or str(body.get("ImageURI", "")) not in (image_uri, filename):
+        return False
+    uris = {t.get("@odata.id", "") if isinstance(t, dict) else str(t) for t in body.get("Targets", [])}
+    return {u.rstrip("/").rsplit("/", 1)[-1] for u in uris} >= set(targets)
 
 
 def not_up(response: Any, what: str) -> None:

@@ -100,6 +100,8 @@ class Release(models.Model):
     size_bytes = models.PositiveBigIntegerField(default=0)
     image_url = models.URLField(max_length=500, blank=True)
     image_file = models.FileField(upload_to="firmware/", blank=True)
+    image_verified_at = models.DateTimeField(null=True, blank=True, editable=False,
+                                             help_text="When Fleet first fetched the image URL and found the SHA-256")
     notes = models.TextField(blank=True)
     channel = models.CharField(max_length=10, choices=Channel.choices, default=Channel.TESTING)
     min_from_version = models.CharField(max_length=80, blank=True,

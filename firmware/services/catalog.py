@@ -4,6 +4,8 @@ windows. Keyword-only, one transaction each, audited; bad input raises Validatio
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
+import urllib.request
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -71,14 +73,71 @@ def _check_sha256(sha256: str) -> str:
     return value
 
 
+# --- image integrity: Fleet hashes the bytes itself -----------------------------------------------------------
+
+IMAGE_CHUNK = 1 << 20
+
+
+def image_sha256(chunks: Iterable[bytes]) -> str:
+    digest = hashlib.sha256()
+    for chunk in chunks:
+        digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _upload_sha256(image_file: UploadedFile) -> str:
+    image_file.seek(0)
+    value = image_sha256(image_file.chunks(IMAGE_CHUNK))
+    image_file.seek(0)
+    return value
+
+
+def release_image_refusal(*, release_id: int, image: bytes | None) -> str | None:
+    """Why the bytes about to be sent are not release ``release_id``'s image (None: they are, or nothing is sent:
+    the BMC pulls a URL). The rollout engine asks this just before it uploads an image to a BMC."""
+    if image is None:
+        return None
+    release = Release.objects.get(pk=release_id)
+    actual = hashlib.sha256(image).hexdigest()
+    if actual != release.sha256:
+        return (f"the image of {release} changed since it was catalogued: its SHA-256 is now {actual[:16]}…, "
+                f"the catalog says {release.sha256[:16]}…; not sent (replace the file or the release)")
+    return None
+
+
+def release_image_fetch(*, release: Release, actor: Actor | None, timeout: float = 30.0) -> bytes:
+    """The image of ``release``: its uploaded file, or its URL fetched by Fleet. The first fetch of a URL hashes
+    the bytes: they must match the release's SHA-256 (ValidationError otherwise, nothing recorded), and the
+    match is recorded (``image_verified_at``, audited). Later fetches are checked by the engine's own hash."""
+    if release.image_file:
+        with release.image_file.open("rb") as handle:
+            return handle.read()
+    try:
+        with urllib.request.urlopen(release.image_url, timeout=timeout) as response:  # noqa: S310 - http(s) URLField
+            data = response.read()
+    except (OSError, ValueError) as exc:
+        raise ValidationError({"image_url": f"Fleet could not fetch {release.image_url}: {exc}"}) from exc
+    actual = hashlib.sha256(data).hexdigest()
+    if actual != release.sha256:
+        raise ValidationError({"sha256": f"The image at {release.image_url} has SHA-256 {actual}; the release "
+                                         f"declares {release.sha256}. It is not used."})
+    if release.image_verified_at is None:
+        with transaction.atomic():
+            audited_update(obj=release, actor=actor, image_verified_at=timezone.now())
+    return data
+
+
 @transaction.atomic
-def release_create(*, component: str, version: str, sha256: str, actor: Actor | None, size_bytes: int = 0,
+def release_create(*, component: str, version: str, actor: Actor | None, sha256: str = "", size_bytes: int = 0,
                    image_url: str = "", image_file: UploadedFile | None = None,
                    platforms: Iterable[ServerPlatform] = (), gpu_models: Iterable[GpuModel] = (),
                    notes: str = "", channel: str = Channel.TESTING, min_from_version: str = "",
                    released_at: dt.date | None = None) -> Release:
     """A new firmware image. Needs an image URL or an uploaded file; a release starts in ``testing`` unless told
-    otherwise and cannot start ``revoked``."""
+    otherwise and cannot start ``revoked``.
+
+    An uploaded file is hashed here: its SHA-256 is the release's; a declared one that differs is an error. A URL
+    needs its declared SHA-256 (checked when Fleet first fetches the image, ``release_image_fetch``)."""
     errors: dict[str, str] = {}
     version = version.strip()
     if component not in CATALOGUED:
@@ -91,8 +150,17 @@ def release_create(*, component: str, version: str, sha256: str, actor: Actor | 
         errors["image_file"] = "Give an image URL or a file, not both."
     if channel == Channel.REVOKED:
         errors["channel"] = "A new release cannot start revoked."
+    if image_url and not sha256.strip():
+        errors["sha256"] = "An image URL needs its SHA-256 (Fleet checks it when it first fetches the image)."
     if errors:
         raise ValidationError(errors)
+    if image_file is not None:
+        actual = _upload_sha256(image_file)
+        if sha256.strip() and _check_sha256(sha256) != actual:
+            raise ValidationError({"sha256": f"The uploaded image's SHA-256 is {actual}; the declared "
+                                             f"{sha256.strip().lower()} differs. Check the file, or leave the "
+                                             "SHA-256 empty to take the file's."})
+        sha256 = actual
     if image_file is not None and not size_bytes:
         size_bytes = image_file.size or 0
     if Release.objects.filter(component=component, version__iexact=version).exists():
@@ -188,6 +256,16 @@ def bundle_create(*, name: str, platform: ServerPlatform, releases: Sequence[Rel
                 changes={"items": [None, [f"{r.component}={r.version}" for r in ranked]]})
     assert isinstance(bundle, Bundle)
     return bundle
+
+
+def bundle_for_release(*, release: Release, platform: ServerPlatform, actor: Actor | None) -> Bundle:
+    """The one-release bundle of ``release`` on ``platform``, made for the person who rolls the release out
+    (an existing bundle holding exactly this release on this platform is reused)."""
+    for bundle in Bundle.objects.filter(platform=platform, items__release=release).prefetch_related("items"):
+        if len(bundle.items.all()) == 1:
+            return bundle
+    return bundle_create(name=f"{release} on {platform}"[:100], platform=platform, releases=[release], actor=actor,
+                         notes=f"Made to roll out {release} alone.")
 
 
 # --- pools -------------------------------------------------------------------------------------------------

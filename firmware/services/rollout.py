@@ -221,6 +221,13 @@ def rollout_approve(*, rollout: Rollout, actor: Actor) -> Rollout:
 
 
 @transaction.atomic
+def rollout_approve_and_start(*, rollout: Rollout, actor: Actor) -> Rollout:
+    """Approve and start in one step (the approver's shortcut): both transitions audited, or neither."""
+    rollout = rollout_approve(rollout=rollout, actor=actor)
+    return rollout_start(rollout=rollout, actor=actor)
+
+
+@transaction.atomic
 def rollout_reject(*, rollout: Rollout, actor: Actor, reason: str) -> Rollout:
     """Send a rollout awaiting approval back to planned."""
     return _transition(rollout=rollout, to_state=RolloutState.PLANNED, actor=actor, verb="reject", message=reason)
@@ -260,15 +267,15 @@ def _refuse_revoked(rollout: Rollout) -> None:
 
 
 @transaction.atomic
-def rollout_resume(*, rollout: Rollout, actor: Actor) -> Rollout:
+def rollout_resume(*, rollout: Rollout, actor: Actor, reason: str = "") -> Rollout:
     """Resume a paused rollout. The failures seen so far in the current wave are acknowledged (its gate counts
-    only new ones); a wave whose gate failed runs again."""
+    only new ones); a wave whose gate failed runs again. ``reason`` is kept in the audit event."""
     from firmware.services.gates import wave_counts
 
     _check(rollout, RolloutState.RUNNING, "resume")
     _refuse_revoked(rollout)
     rollout = _transition(rollout=rollout, to_state=RolloutState.RUNNING, actor=actor, verb="resume",
-                          pause_reason="", paused_at=None)
+                          message=reason.strip(), pause_reason="", paused_at=None)
     wave = RolloutWave.objects.filter(rollout=rollout, index=rollout.current_wave).first()
     if wave is not None:
         counts = wave_counts(wave)

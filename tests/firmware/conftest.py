@@ -7,8 +7,17 @@ import pytest
 
 from firmware.models import RolloutTarget
 from firmware.services import engine
+from firmware.services.engine import steps
 from fleet import dispatch
 from fleet import redfish as fleet_redfish
+
+
+@pytest.fixture(autouse=True)
+def _step_threads_closed():
+    """Steps run on a per-process thread pool whose threads keep their database connections: closed after each
+    test that stepped in this process (so the test database can be dropped)."""
+    yield
+    steps.worker_pool_shutdown()
 
 
 @pytest.fixture

@@ -11,8 +11,8 @@ from firmware.models import ErrorClass, RolloutState, RolloutTarget, TargetState
 from firmware.models.rollout import TARGET_PAST_NO_RETURN
 from firmware.services import rollout as svc
 from firmware.services import rollout_demo
-from world.bmc.testing import running_simulator
 from tests.firmware import rollout_fleet
+from world.bmc.testing import running_simulator
 
 pytestmark = pytest.mark.django_db(transaction=True)
 GPU_IDS = [f"HGX_FW_GPU_SXM_{n}" for n in range(1, 9)]

@@ -11,8 +11,8 @@ from django.utils import timezone
 from firmware.models import ErrorClass, RolloutState, RolloutTarget, RolloutWave, TargetState, TargetStep
 from firmware.services import engine
 from firmware.services import rollout as svc
-from world.bmc.testing import running_simulator
 from tests.firmware import rollout_fleet
+from world.bmc.testing import running_simulator
 
 pytestmark = pytest.mark.django_db(transaction=True)
 UPDATE = "POST /redfish/v1/UpdateService/Actions/UpdateService.SimpleUpdate"

@@ -7,10 +7,10 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from firmware.services.observations import firmware_inventory_scan, inventory_scan_chunks
-from world.bmc.testing import running_simulator
 from inventory.models import FirmwareObservation
 from tests.firmware import rollout_fleet
 from tests.firmware.rollout_fleet import OLD_VBIOS
+from world.bmc.testing import running_simulator
 
 pytestmark = pytest.mark.django_db
 

@@ -23,6 +23,7 @@ class Bmc:
 
     def __init__(self, server, bmc_id="bmc-0001", auth=("admin", "secret")):
         self.base = server.bmc_url(bmc_id)
+        self.control = f"{server.url}/_sim/bmcs/{bmc_id}"
         self.http = requests.Session()
         self.http.auth = auth
 
@@ -40,7 +41,8 @@ class Bmc:
         return self.get(f"{INV}/{component}").json()["Version"]
 
     def pending(self, component="HGX_FW_GPU_SXM_1"):
-        return self.get(f"{INV}/{component}").json()["Oem"]["FleetSim"]["PendingImage"]
+        """The pending image: only the control API shows it (Redfish answers carry no simulator Oem)."""
+        return requests.get(self.control, timeout=5).json()["components"][component]["pending"]
 
 
 @pytest.fixture

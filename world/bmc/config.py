@@ -22,7 +22,8 @@ class SimConfig:
     max_tasks_per_bmc: int = 1000  # finished tasks beyond this are forgotten (oldest first)
     faults: tuple[FaultRule, ...] = ()
     reboot_mode: str = "refused"  # inside a reboot window opened by a fault or on demand: refused, 503, 404, mixed
-    purge_tasks_after: float = 0.0  # finished tasks vanish from TaskService after this many seconds (0 = never)
+    purge_tasks_after: float = 600.0  # finished tasks vanish from TaskService after this many seconds (0 = never)
+    clock_skew_seconds: float = 0.0  # how far new BMCs' own clocks are off (per BMC: POST /_sim/bmcs/<id>/clock)
 
     def task_seconds_for(self, bmc_class: str) -> float:
         return float(self.task_seconds_by_class.get(bmc_class, self.task_seconds))

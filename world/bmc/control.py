@@ -23,6 +23,10 @@ INDEX = {
     "POST /_sim/reset": "forget every BMC and the statistics (the configuration stays)",
     "GET /_sim/profiles": "platform profiles and their components",
     "POST /_sim/clock/advance": "{seconds}: move a manual clock on (a simulator started with a ManualClock)",
+    "POST /_sim/bmcs/<id>/clock": "{skew_seconds}: set how far this BMC's own clock is off",
+    "GET /_sim/bmcs/<id>/tasks": "every task the BMC keeps, with its image, targets and versions",
+    "GET /_sim/holds": "requests parked by hold rules (waiting) and how many were ever held",
+    "POST /_sim/holds/release": "let every parked request go on",
 }
 
 
@@ -71,6 +75,17 @@ def _route(sim: Simulator, base_url: str, method: str, parts: tuple[str, ...], q
             with bmc.lock:
                 sim.reboot_window(bmc, float(data.get("seconds", 5)), mode)
             return 204, None
+        case "POST", ("bmcs", bmc_id, "clock") if sim.bmc(bmc_id):
+            bmc = sim.bmc(bmc_id)
+            with bmc.lock:
+                bmc.clock_skew = float(data["skew_seconds"])
+            return 200, {"skew_seconds": bmc.clock_skew}
+        case "GET", ("bmcs", bmc_id, "tasks") if sim.bmc(bmc_id):
+            return 200, sim.tasks_json(sim.bmc(bmc_id))
+        case "GET", ("holds",):
+            return 200, sim.holds.as_json()
+        case "POST", ("holds", "release"):
+            return 200, {"released": sim.holds.release()}
         case "POST", ("stats", "reset"):
             sim.stats.clear()
             return 204, None

@@ -13,6 +13,7 @@ default). Update faults are drawn once per target of an update request; request 
 | ``late`` | bmc, method, path | the client gets no answer (the connection closes after ``seconds``); the request is processed then, after the client timed out |
 | ``slow`` | bmc, method, path | answered normally after ``seconds`` |
 | ``reboot`` | bmc, method, path | processed and answered, then the BMC reboots for ``seconds`` (see ``reboot_mode``) |
+| ``hold`` | bmc, method, path | the request waits, unprocessed, until ``POST /_sim/holds/release`` (``GET /_sim/holds`` lists the waiting ones); then it is processed and answered (a deterministic window for tests) |
 
 ``path`` matches the Redfish path after the BMC prefix, e.g. ``/redfish/v1/UpdateService/Actions/*``.
 Draws are a hash of (seed, rule index, the matched identity, a per-identity attempt number), so a run with one
@@ -20,11 +21,12 @@ seed is reproducible whatever the thread interleaving, and a retry of a path fai
 """
 
 import hashlib
+import threading
 from dataclasses import dataclass, fields
 from fnmatch import fnmatchcase
 
 UPDATE_KINDS = ("fail", "stuck", "no_version_change")
-REQUEST_KINDS = ("http_error", "timeout", "late", "slow", "reboot")
+REQUEST_KINDS = ("http_error", "timeout", "late", "slow", "reboot", "hold")
 
 
 @dataclass(frozen=True)
@@ -79,3 +81,35 @@ def chance(*key: object) -> float:
 
 def hits(rule: FaultRule, seed: int, index: int, *identity: object) -> bool:
     return rule.rate >= 1.0 or (rule.rate > 0.0 and chance(seed, index, *identity) < rule.rate)
+
+
+class Holds:
+    """Requests parked by ``hold`` rules: tests see them arrive (``waiting``) and release them when they choose."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self.waiting: list[dict] = []
+        self.held = 0  # every request ever parked
+        self._generation = 0
+
+    def park(self, bmc: str, method: str, path: str, stopping: threading.Event) -> None:
+        entry = {"bmc": bmc, "method": method, "path": path}
+        with self._cond:
+            self.waiting.append(entry)
+            self.held += 1
+            generation = self._generation
+            while self._generation == generation and not stopping.is_set():
+                self._cond.wait(0.1)
+            if entry in self.waiting:
+                self.waiting.remove(entry)
+
+    def release(self) -> int:
+        with self._cond:
+            released = len(self.waiting)
+            self._generation += 1
+            self._cond.notify_all()
+            return released
+
+    def as_json(self) -> dict:
+        with self._cond:
+            return {"waiting": list(self.waiting), "held": self.held}

@@ -15,6 +15,7 @@ _TEXT = {
     "Base.1.13.0.ResetRequired": ("Warning", "In order to apply changes, recover from errors, or complete the operation, a component reset is required with the Reset action URI '%1' and ResetType '%2'."),
     "Base.1.13.0.OperationNotAllowed": ("Critical", "The HTTP method is not allowed on this resource."),
     "Update.1.0.TargetDetermined": ("OK", "The target device '%1' will be updated with image '%2'."),
+    "Update.1.0.TransferringToComponent": ("OK", "Image '%1' is being transferred to '%2'."),
     "Update.1.0.UpdateInProgress": ("OK", "An update is in progress."),
     "Update.1.0.UpdateSuccessful": ("OK", "Device '%1' successfully updated with image '%2'."),
     "Update.1.0.AwaitToActivate": ("OK", "Awaiting for an action to proceed with activating image '%1' on '%2'."),

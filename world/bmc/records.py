@@ -60,6 +60,7 @@ class Task:
     messages: list[dict] = field(default_factory=list)
     on_done: Callable[[], None] | None = None  # a plugin's task: called when it completes
     name: str = ""
+    monitor_read: bool = False  # the task monitor answered the finished task once (then 404)
 
     @property
     def done(self) -> bool:

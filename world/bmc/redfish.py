@@ -34,6 +34,8 @@ def dispatch(sim: Simulator, bmc: Bmc, method: str, parts: tuple[str, ...], body
             odata_type, _action, _default = _MEMBERS[kind]
             return _ok(res.collection(f"{res.R}/{kind}", odata_type, kind, list(_members(bmc, kind))))
         case "GET", (kind, member_id) if kind in _MEMBERS and member_id in _members(bmc, kind):
+            if kind in _RENDER_NOW:
+                return _ok(_RENDER[kind](bmc, member_id, now))
             return _ok(_RENDER[kind](bmc, member_id))
         case "POST", (kind, member_id, "Actions", action) if kind in _MEMBERS and action == _MEMBERS[kind][1] \
                 and member_id in _members(bmc, kind):
@@ -72,11 +74,19 @@ def dispatch(sim: Simulator, bmc: Bmc, method: str, parts: tuple[str, ...], body
                         "Tasks": res.link(res.TASKS)})
         case "GET", ("TaskService", "Tasks"):
             return _ok(res.collection(res.TASKS, "TaskCollection", "Task Collection", [str(i) for i in bmc.tasks]))
-        case "GET", ("TaskService", "Tasks", task_id, *monitor) if monitor in ([], ["Monitor"]):
+        case "GET", ("TaskService", "Tasks", task_id, "Monitor"):
+            # A task monitor answers 202 while the task runs, the task once when it is done, then 404 (DSP0266).
+            task = _task(bmc, task_id)
+            if task.done:
+                if task.monitor_read:
+                    raise RedfishError(404, "Base.1.13.0.ResourceNotFound", "TaskMonitor", task_id)
+                task.monitor_read = True
+                return 200, res.task(task, now, bmc), {}
+            return 202, res.task(task, now, bmc), {"Retry-After": str(sim.config.retry_after_seconds)}
+        case "GET", ("TaskService", "Tasks", task_id):
             task = _task(bmc, task_id)
             headers = {} if task.done else {"Retry-After": str(sim.config.retry_after_seconds)}
-            status = 202 if monitor and not task.done else 200
-            return status, res.task(task, now, sim.wall_offset), headers
+            return 200, res.task(task, now, bmc), headers
         case "DELETE", ("TaskService", "Tasks", task_id):
             sim.cancel_task(bmc, _task(bmc, task_id))
             return 204, None, {}
@@ -107,6 +117,7 @@ _MEMBERS = {"Systems": ("ComputerSystemCollection", "ComputerSystem.Reset", "On"
             "Chassis": ("ChassisCollection", "Chassis.Reset", "PowerCycle"),
             "Managers": ("ManagerCollection", "Manager.Reset", "GracefulRestart")}
 _RENDER = {"Systems": res.system, "Chassis": res.chassis, "Managers": res.manager}
+_RENDER_NOW = {"Managers"}  # renderers that show the BMC's clock
 _RESET = {"Systems": Simulator.reset_system, "Chassis": Simulator.reset_chassis, "Managers": Simulator.reset_manager}
 
 
@@ -150,7 +161,7 @@ def _update(sim: Simulator, bmc: Bmc, params: dict, image: str, now: float) -> R
     task = sim.update(bmc, targets=targets, image=image, versions={t: per_target.get(t, version) for t in targets},
                       apply_time=params.get("@Redfish.OperationApplyTime", "Immediate"),
                       stage=bool(params.get("Stage", False)))
-    return 202, res.task(task, now, sim.wall_offset), {"Location": f"{res.TASKS}/{task.id}"}
+    return 202, res.task(task, now, bmc), {"Location": f"{res.TASKS}/{task.id}"}
 
 
 def image_version(image: str, images: dict[str, str]) -> str:

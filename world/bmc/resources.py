@@ -5,7 +5,7 @@ import datetime as dt
 import uuid
 
 from .records import Component, Task
-from .state import Bmc, pending_json
+from .state import Bmc
 
 R = "/redfish/v1"
 UPDATE_SERVICE = f"{R}/UpdateService"
@@ -35,7 +35,6 @@ def service_root(bmc: Bmc) -> dict:
         "Systems": link(f"{R}/Systems"), "Chassis": link(f"{R}/Chassis"), "Managers": link(f"{R}/Managers"),
         "UpdateService": link(UPDATE_SERVICE), "TaskService": link(f"{R}/TaskService"),
         "SessionService": link(f"{R}/SessionService"), "Links": {"Sessions": link(SESSIONS)},
-        "Oem": {"FleetSim": {"BmcId": bmc.id, "Profile": bmc.profile.name, "BmcClass": bmc.bmc_class}},
     }
 
 
@@ -47,7 +46,7 @@ def system(bmc: Bmc, system_id: str) -> dict:
         "Name": "System", "SystemType": "Physical", "Manufacturer": bmc.profile.manufacturer,
         "Model": bmc.profile.model, "PowerState": bmc.power[system_id],
         "BiosVersion": bios.version if bios else None, "Status": {"State": "Enabled", "Health": "OK"},
-        "LastResetTime": _iso(bmc.last_reset + bmc.wall_offset),
+        "LastResetTime": _iso(bmc.wall(bmc.last_reset)),
         "Links": {"Chassis": [link(f"{R}/Chassis/{c}") for c in bmc.profile.chassis],
                   "ManagedBy": [link(f"{R}/Managers/{bmc.profile.managers[0]}")]},
         "Actions": {"#ComputerSystem.Reset": _reset_action(f"{odata_id}/Actions/ComputerSystem.Reset",
@@ -69,13 +68,17 @@ def chassis(bmc: Bmc, chassis_id: str) -> dict:
     }
 
 
-def manager(bmc: Bmc, manager_id: str) -> dict:
+def manager(bmc: Bmc, manager_id: str, now: float) -> dict:
+    """One manager: the host BMC (the first), or on HGX the HMC (``HGX_BMC_0``), each with its own LastResetTime
+    (one-second resolution, on the BMC's own clock, as real BMCs report it) and the BMC's DateTime."""
     odata_id = f"{R}/Managers/{manager_id}"
     firmware = next((c.version for c in bmc.components.values() if c.spec.manager == manager_id), None)
     return {
-        "@odata.id": odata_id, "@odata.type": "#Manager.v1_17_0.Manager", "Id": manager_id, "Name": "Manager",
+        "@odata.id": odata_id, "@odata.type": "#Manager.v1_17_0.Manager", "Id": manager_id,
+        "Name": "Manager" if manager_id == bmc.profile.managers[0] else "HGX Management Controller",
         "ManagerType": "BMC", "FirmwareVersion": firmware, "Status": {"State": "Enabled", "Health": "OK"},
-        "LastResetTime": _iso(bmc.last_reset + bmc.wall_offset),
+        "DateTime": _iso(bmc.wall(now)), "DateTimeLocalOffset": "+00:00",
+        "LastResetTime": _iso(bmc.wall(bmc.manager_reset.get(manager_id, bmc.last_reset))),
         "Actions": {"#Manager.Reset": _reset_action(f"{odata_id}/Actions/Manager.Reset",
                                                     ["GracefulRestart", "ForceRestart"])},
     }
@@ -87,7 +90,7 @@ def update_service(bmc: Bmc) -> dict:
         "@odata.id": UPDATE_SERVICE, "@odata.type": "#UpdateService.v1_17_0.UpdateService", "Id": "UpdateService",
         "Name": "Update Service", "ServiceEnabled": True, "Status": {"State": "Enabled", "Health": "OK"},
         "FirmwareInventory": link(INVENTORY), "MultipartHttpPushUri": MULTIPART,
-        "HttpPushUriTargetsBusy": bool(busy), "Oem": {"FleetSim": {"BusyTargets": busy}},
+        "HttpPushUriTargetsBusy": bool(busy),
         "Actions": {
             "#UpdateService.SimpleUpdate": {
                 "target": SIMPLE_UPDATE, "TransferProtocol@Redfish.AllowableValues": ["HTTP", "HTTPS"],
@@ -108,7 +111,6 @@ def inventory_item(bmc: Bmc, component: Component) -> dict:
         "Manufacturer": spec.manufacturer, "Version": component.version, "Updateable": spec.updateable,
         "WriteProtected": False, "Status": {"State": "Enabled", "Health": "OK"},
         "RelatedItem": [link(spec.related_item)], "RelatedItem@odata.count": 1,
-        "Oem": {"FleetSim": {"Activation": spec.activation, "PendingImage": pending_json(component.pending)}},
     }
     if spec.description:
         body["Description"] = spec.description
@@ -117,8 +119,9 @@ def inventory_item(bmc: Bmc, component: Component) -> dict:
     return body
 
 
-def task(task: Task, now: float, wall_offset: float) -> dict:
-    """``wall_offset`` turns the simulator clock into epoch seconds for StartTime/EndTime."""
+def task(task: Task, now: float, bmc: Bmc) -> dict:
+    """A task as real BMCs show it: no ``Payload``; the image, components and versions only in ``Messages``;
+    ``StartTime``/``EndTime`` on the BMC's own clock, one-second resolution."""
     odata_id = f"{TASKS}/{task.id}"
     state = task.state
     if not task.done:
@@ -126,13 +129,11 @@ def task(task: Task, now: float, wall_offset: float) -> dict:
     body = {
         "@odata.id": odata_id, "@odata.type": "#Task.v1_7_4.Task", "Id": str(task.id), "Name": "Update Task",
         "TaskState": state, "TaskStatus": task.status, "PercentComplete": task.percent(now),
-        "TaskMonitor": f"{odata_id}/Monitor", "StartTime": _iso(task.created + wall_offset), "Messages": task.messages,
-        "Payload": {"TargetUri": SIMPLE_UPDATE, "HttpOperation": "POST",
-                    "JsonBody": {"ImageURI": task.image, "Targets": [f"{INVENTORY}/{t.component}"
-                                                                     for t in task.targets]}},
+        "TaskMonitor": f"{odata_id}/Monitor", "StartTime": _iso(bmc.wall(task.created)),
+        "Messages": task.messages,
     }
     if task.done:
-        body["EndTime"] = _iso((task.ended or now) + wall_offset)
+        body["EndTime"] = _iso(bmc.wall(task.ended or now))
     return body
 
 

@@ -6,6 +6,8 @@ Content-Length and is written in one ``send``.
 
 import json
 import logging
+import socket
+import struct
 import threading
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -28,7 +30,16 @@ class _HTTPServer(ThreadingHTTPServer):
     def __init__(self, address: tuple[str, int], sim: Simulator) -> None:
         self.sim = sim
         self.stopping = threading.Event()  # wakes requests that hang on purpose
+        self.refused: set = set()  # sockets to close with a reset (``_Handler.refuse``)
         super().__init__(address, _Handler)
+
+    def shutdown_request(self, request) -> None:  # noqa: ANN001 - socketserver's signature
+        """A refused request's socket is closed at once (no FIN first): with SO_LINGER 0 the client gets a RST."""
+        if request in self.refused:
+            self.refused.discard(request)
+            self.close_request(request)
+            return
+        super().shutdown_request(request)
 
     @property
     def url(self) -> str:
@@ -104,6 +115,13 @@ class _Handler(BaseHTTPRequestHandler):
             if not self.server.stopping.is_set() and redfish.authorized(sim, bmc, method, parts, self.headers):
                 self._process(sim, bmc, method, parts, body, key, mutating)
             return
+        if rule is not None and rule.kind == "hold":
+            # A deterministic window: the request waits here (unprocessed) until POST /_sim/holds/release; then
+            # it is processed (the client may have timed out meanwhile: its answer is then lost).
+            sim.holds.park(bmc.id, method, "/" + sub, self.server.stopping)
+            if self.server.stopping.is_set():
+                return
+            rule = None
         if rule is not None and rule.kind == "slow":
             self.server.stopping.wait(rule.seconds)
             rule = None
@@ -161,7 +179,20 @@ class _Handler(BaseHTTPRequestHandler):
             raise RedfishError(503, "Base.1.13.0.ServiceTemporarilyUnavailable", config.retry_after_seconds)
         if mode == "404":
             raise RedfishError(404, "Base.1.13.0.ResourceNotFound", "Resource", path)
-        self.close_connection = True  # refused: the connection drops, nothing answered
+        self.refuse()
+
+    def refuse(self) -> None:
+        """What a client sees of a BMC that is down: its connection reset (TCP RST, ``SO_LINGER`` 0), nothing
+        processed and nothing answered. One port serves every BMC, so a per-BMC refusal cannot fail the
+        ``connect()`` itself; the client sees ``ConnectionResetError`` on its request instead (a GET: infra; a
+        mutation: ambiguous, reconciled). docs/firmware.md, "What the simulator shows"."""
+        self.close_connection = True
+        self.server.sim.stats.count_fault("refused")
+        try:
+            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            self.server.refused.add(self.connection)
+        except OSError:
+            pass
 
     def _hang(self, seconds: float) -> None:
         self.server.stopping.wait(seconds)

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable
 
 from . import profiles
 from .config import SimConfig
-from .faults import REQUEST_KINDS, hits
+from .faults import REQUEST_KINDS, Holds, hits
 from .messages import RedfishError, message
 from .records import Component, Pending, Target, Task
 from .stats import Stats
@@ -59,9 +59,15 @@ class Bmc:
         self.next_session_id = 1
         self.requests = 0  # per-BMC request number, the identity of request-fault draws
         self.reboot_mode = ""  # what the current reboot window answers ("" = the configured reboot_mode)
-        self.last_reset = 0.0  # clock of the last reset (Manager/System LastResetTime)
+        self.last_reset = 0.0  # clock of the last reset of the system (System LastResetTime)
+        self.manager_reset: dict[str, float] = {}  # manager id -> clock of its last reset (its LastResetTime)
         self.extra: dict = {}  # plugins' state, by plugin name
         self.wall_offset = 0.0
+        self.clock_skew = 0.0  # seconds this BMC's own clock is off (DateTime, LastResetTime, task times)
+
+    def wall(self, clock_value: float) -> float:
+        """A simulator clock reading as this BMC's own wall clock (epoch seconds, skew included)."""
+        return clock_value + self.wall_offset + self.clock_skew
 
     def reset_uri(self, activation: str, manager: str = "") -> tuple[str, str]:
         uri, reset_type = _RESET_URIS[activation]
@@ -77,6 +83,7 @@ class Simulator:
         self.wall_offset = time.time() - self.clock()  # clock -> epoch seconds, for task times
         self.config = SimConfig().merged(config)
         self.stats = Stats()
+        self.holds = Holds()
         self._bmcs: dict[str, Bmc] = {}
         self._lock = threading.Lock()
 
@@ -97,7 +104,9 @@ class Simulator:
         bmcs = [Bmc(i, profiles.PROFILES[profile], bmc_class or profile, versions or {}) for i in new_ids]
         for bmc in bmcs:
             bmc.last_reset = self.clock()
+            bmc.manager_reset = dict.fromkeys(bmc.profile.managers, bmc.last_reset)
             bmc.wall_offset = self.wall_offset
+            bmc.clock_skew = self.config.clock_skew_seconds
             for plugin in self.plugins:
                 plugin.on_bmc_created(self, bmc)
         with self._lock:
@@ -191,7 +200,10 @@ class Simulator:
         for component in components:
             target = self._draw(bmc, component, versions[component.spec.id])
             task.targets.append(target)
-            task.messages.append(message("Update.1.0.TargetDetermined", component.spec.id, image))
+            # as the NVIDIA BMC's update tasks name them (samples/redfish/nvidia-dgx): the image and the component,
+            # then the component and the version it will carry
+            task.messages.append(message("Update.1.0.TransferringToComponent", image, component.spec.id))
+            task.messages.append(message("Update.1.0.TargetDetermined", component.spec.id, target.to_version))
             component.busy_task = task.id
         bmc.tasks[task.id] = task
         self._forget_old_tasks(bmc)
@@ -232,14 +244,14 @@ class Simulator:
             component.busy_task = None
             if target.outcome == "fail":
                 failed = True
-                task.messages.append(message(target.message_id, task.image, target.component))
+                task.messages.append(message(target.message_id, target.to_version, target.component))
                 continue
             spec = component.spec
             state = STAGED if task.staged else AWAITING_ACTIVATION
             component.pending = Pending(target.to_version, task.image, state, task.id, target.no_change)
-            task.messages.append(message("Update.1.0.UpdateSuccessful", target.component, task.image))
+            task.messages.append(message("Update.1.0.UpdateSuccessful", target.component, target.to_version))
             if task.staged:
-                task.messages.append(message("Update.1.0.AwaitToActivate", task.image, target.component))
+                task.messages.append(message("Update.1.0.AwaitToActivate", target.to_version, target.component))
             elif spec.activation == profiles.NONE:
                 self._activate_component(component)
             else:
@@ -278,8 +290,17 @@ class Simulator:
         return moved
 
     def _activate(self, bmc: Bmc, kinds: set[str], manager: str = "") -> None:
-        self.stats.count_reset(bmc.id, kinds)
-        bmc.last_reset = self.clock()
+        now = self.clock()
+        if manager:
+            self.stats.count_manager_reset(bmc.id, manager)
+            bmc.manager_reset[manager] = now
+            kinds_counted = {f"{profiles.BMC_RESET}:{manager}"} if manager != bmc.profile.managers[0] else kinds
+            self.stats.count_reset(bmc.id, kinds_counted)
+        else:
+            self.stats.count_reset(bmc.id, kinds)
+            bmc.last_reset = now
+            if profiles.BMC_RESET in kinds:  # an AC power cycle restarts every manager
+                bmc.manager_reset = dict.fromkeys(bmc.profile.managers, now)
         for plugin in self.plugins:
             plugin.on_reset(self, bmc, "manager" if manager else "system")
         for component in bmc.components.values():
@@ -332,7 +353,12 @@ class Simulator:
         if reset_type not in MANAGER_RESET_TYPES:
             raise RedfishError(400, "Base.1.13.0.ActionParameterValueNotInList", reset_type, "ResetType",
                                "Manager.Reset")
-        self._bmc_goes_down(bmc, now)
+        if manager_id == bmc.profile.managers[0]:  # the BMC that answers Redfish reboots
+            self._bmc_goes_down(bmc, now)
+        else:  # a second manager (the HGX HMC behind the host BMC): its own tasks abort, the BMC stays up
+            for task in [t for t in bmc.running if any(
+                    bmc.components[x.component].spec.manager == manager_id for x in t.targets)]:
+                self.cancel_task(bmc, task, "TaskEvent.1.0.TaskAborted")
         self._activate(bmc, {profiles.BMC_RESET}, manager=manager_id)
 
     def _bmc_goes_down(self, bmc: Bmc, now: float) -> None:
@@ -350,13 +376,24 @@ class Simulator:
             now = self.settle(bmc)
             return {
                 "id": bmc.id, "profile": bmc.profile.name, "bmc_class": bmc.bmc_class, "power": dict(bmc.power),
-                "unreachable_for": max(0.0, bmc.unreachable_until - now),
+                "unreachable_for": max(0.0, bmc.unreachable_until - now), "clock_skew": bmc.clock_skew,
+                "busy_targets": sorted(c.spec.id for c in bmc.components.values() if c.busy_task is not None),
+                "task_ids": sorted(bmc.tasks),
                 "components": {cid: {"version": c.version, "activation": c.spec.activation,
                                      "pending": pending_json(c.pending), "busy_task": c.busy_task}
                                for cid, c in bmc.components.items()},
                 "tasks": dict(Counter(t.state for t in bmc.tasks.values())),
                 **{k: v for plugin in self.plugins for k, v in plugin.snapshot(self, bmc).items()},
             }
+
+    def tasks_json(self, bmc: Bmc) -> dict:
+        """The control API's view of a BMC's tasks (what its Redfish answers do not show: the image and targets)."""
+        with bmc.lock:
+            self.settle(bmc)
+            return {str(t.id): {"image": t.image, "state": t.state, "name": t.name,
+                                "targets": [{"component": x.component, "from": x.from_version, "to": x.to_version,
+                                             "outcome": x.outcome} for x in t.targets]}
+                    for t in bmc.tasks.values()}
 
     def versions(self, bmc_id: str) -> dict[str, str]:
         bmc = self._bmcs[bmc_id]

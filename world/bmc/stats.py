@@ -18,6 +18,7 @@ class Stats:
             self.resets: Counter[tuple[str, str]] = Counter()  # (bmc, activation kind) -> resets
             self.faults: Counter[str] = Counter()
             self.activations = 0
+            self.manager_resets: Counter[tuple[str, str]] = Counter()  # (bmc, manager id) -> resets
             self.received: dict[str, Counter[str]] = {}  # bmc -> "METHOD /path" -> mutating requests received
             self.processed: dict[str, Counter[str]] = {}  # bmc -> "METHOD /path" -> mutating requests processed
 
@@ -59,6 +60,10 @@ class Stats:
         with self._lock:
             self.resets.update((bmc, kind) for kind in kinds)
 
+    def count_manager_reset(self, bmc: str, manager: str) -> None:
+        with self._lock:
+            self.manager_resets[(bmc, manager)] += 1
+
     def count_fault(self, kind: str) -> None:
         with self._lock:
             self.faults[kind] += 1
@@ -88,5 +93,7 @@ class Stats:
                 "tasks": dict(self.tasks),
                 "resets": resets,
                 "activations": self.activations,
+                "manager_resets": {f"{b}/{m}": n for (b, m), n in sorted(self.manager_resets.items())
+                                   if bmc is None or b == bmc},
                 "faults": dict(self.faults),
             }

@@ -16,13 +16,14 @@ The claim is a compare-and-set (state, version, fence) inside the same transacti
 from __future__ import annotations
 
 import datetime as dt
+from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import Count, Exists, F, OuterRef, Q
-from django.utils import timezone
 
 from firmware.models import Channel, Release, Rollout, RolloutState, RolloutTarget, TargetState, TargetStep
+from firmware.services.engine import clock
 from firmware.services.engine.context import StepContext
 from firmware.services.engine.locks import POOL_LOCK_NS, SITE_LOCK_NS, is_postgres
 from firmware.services.engine.outcomes import AlreadyApplied, Outcome, later
@@ -30,14 +31,21 @@ from firmware.services.windows import activation_allowed
 
 
 def unavailable() -> Q:
-    """Targets whose server is unavailable (any rollout)."""
+    """Targets whose server is unavailable (any rollout): activating or verifying, and every target an activation
+    was sent for (or may have been) that has not verified healthy since: failed, and failed then retried (back to
+    pending, precheck, staging or draining: its server may still be down)."""
     activated = Exists(TargetStep.objects.filter(target=OuterRef("pk"), kind="activate"))
-    return Q(state__in=(TargetState.ACTIVATING, TargetState.VERIFYING)) | (Q(state=TargetState.FAILED) & Q(activated))
+    return Q(state__in=(TargetState.ACTIVATING, TargetState.VERIFYING)) | (
+        Q(state__in=NOT_VERIFIED) & Q(activated))
+
+
+NOT_VERIFIED = (TargetState.FAILED, TargetState.PENDING, TargetState.PRECHECK, TargetState.STAGING,
+                TargetState.DRAINING)
 
 
 def draining_step(target: RolloutTarget, ctx: StepContext) -> Outcome:
     strategy = ctx.strategy(target.rollout)
-    now = timezone.now()
+    now = clock.now()
     pools = ctx.pools.get(target.server_id, [])
     verdict = activation_allowed(at=now, windows=ctx.windows_for(target.site_id, pools),
                                  require_window=strategy.require_window, window_ids=strategy.window_ids)
@@ -45,8 +53,18 @@ def draining_step(target: RolloutTarget, ctx: StepContext) -> Outcome:
         wait = (verdict.retry_at - now).total_seconds() if verdict.retry_at else 60
         return later(target, min(wait, 60), last_error=f"waiting: {verdict.reason}")
     capped = bool(strategy.max_unavailable_per_site or strategy.max_unavailable_per_pool or strategy.domain_caps)
+    return claim_for_activation(target, strategy, pools, capped)
+
+
+def claim_for_activation(target: RolloutTarget, strategy: Any, pools: list[int], capped: bool) -> Outcome:
+    """THE point where a target is claimed for activation (its server becomes unavailable): everything that must
+    hold before the first disruptive side effect is checked here, in one transaction, and a hook that must run
+    first (e.g. draining the node from a scheduler) belongs here too. Locks, in a fixed order (no deadlock): the
+    site's advisory lock (every activation, capped or not, so uncapped rollouts are counted consistently by
+    capped ones), each pool's (when the strategy caps pools), then the rollout's row ``FOR UPDATE`` (a pause or an
+    abort, which update that row, either committed before — the target holds — or waits for this claim)."""
     with transaction.atomic():
-        if capped and is_postgres():
+        if is_postgres():
             # The site's lock, then each pool's in id order (a fixed order: no deadlock), held to the commit, so
             # two steps never both see the last free slot of a site, a rack, or a pool that spans sites.
             with connection.cursor() as cursor:
@@ -65,7 +83,7 @@ def draining_step(target: RolloutTarget, ctx: StepContext) -> Outcome:
                                                fence=target.fence).update(
             state=TargetState.ACTIVATING, version=F("version") + 1, last_error="", deadline_at=None,
             lease_owner="", lease_until=None,
-            next_run_at=timezone.now() + dt.timedelta(seconds=settings.FLEET_ROLLOUT_LEASE_SECONDS))
+            next_run_at=clock.now() + dt.timedelta(seconds=settings.FLEET_ROLLOUT_LEASE_SECONDS))
     if updated:
         target.state, target.version = TargetState.ACTIVATING, target.version + 1
     return AlreadyApplied(updated)
@@ -74,9 +92,9 @@ def draining_step(target: RolloutTarget, ctx: StepContext) -> Outcome:
 def hold_reason(target: RolloutTarget) -> str:
     """Why the rollout must not start a new activation now ("" if it may): read under the lock."""
     releases = [w["release"] for w in target.work or []]
-    revoked = Exists(Release.objects.filter(pk__in=releases, channel=Channel.REVOKED))
-    state, stop, is_revoked = (Rollout.objects.filter(pk=target.rollout_id).annotate(revoked=revoked)
-                               .values_list("state", "stop_requested", "revoked").get())  # one query
+    state, stop = (Rollout.objects.select_for_update().filter(pk=target.rollout_id)
+                   .values_list("state", "stop_requested").get())  # the row lock: pause and abort wait for us
+    is_revoked = Release.objects.filter(pk__in=releases, channel=Channel.REVOKED).exists()
     if state != RolloutState.RUNNING:
         return f"the rollout is {state}"
     if stop:

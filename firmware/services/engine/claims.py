@@ -15,12 +15,16 @@ local deadline after which the chunk sends nothing (fleet/execution.py's mechani
 from __future__ import annotations
 
 import datetime as dt
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from django.conf import settings
 from django.db import DatabaseError, connection
 
 from firmware.models import RolloutTarget
+from firmware.services.engine import clock
 from fleet.execution import LostLease, worker_id
 
 
@@ -32,6 +36,7 @@ class Claims:
         self.fences: dict[int, int] = {}
         self.deadline = 0.0
         self.renew_at = 0.0
+        self.lock = threading.RLock()  # the chunk's threads share one Claims
 
     def claim(self, targets: list[RolloutTarget]) -> list[RolloutTarget]:
         """Claim the targets (at their versions); returns those claimed, each with its new fence."""
@@ -61,9 +66,8 @@ class Claims:
 
     def _claim_rows(self, targets: list[RolloutTarget]) -> dict[int, int]:
         from django.db.models import F, Q
-        from django.utils import timezone
 
-        now = timezone.now()
+        now = clock.now()
         fences = {}
         for t in targets:
             free = Q(lease_until__isnull=True) | Q(lease_until__lt=now) | Q(lease_owner=self.owner)
@@ -75,6 +79,37 @@ class Claims:
 
     def drop(self, target_id: int) -> None:
         self.fences.pop(target_id, None)
+
+    @contextmanager
+    def renewing(self, target: RolloutTarget, *, enabled: bool = True) -> Iterator[None]:
+        """Around a long request (a multipart upload): the leases are renewed every third of the lease while it
+        runs, so no other worker can take the target and send again meanwhile. A worker killed mid-upload stops
+        renewing; its lease runs out and the next owner settles and reconciles."""
+        if not enabled or connection.vendor != "postgresql":
+            yield
+            return
+        done = threading.Event()
+
+        def renew_loop() -> None:
+            from django.db import connection as thread_connection
+
+            try:
+                while not done.wait(self.seconds / 3):
+                    try:
+                        with self.lock:
+                            self.renew()
+                    except DatabaseError:
+                        return
+            finally:
+                thread_connection.close()
+
+        thread = threading.Thread(target=renew_loop, name=f"lease-renew-{target.pk}", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            done.set()
+            thread.join(timeout=self.seconds)
 
     def renew(self) -> None:
         """Extend the lease of every target still held; those whose fence moved are dropped."""
@@ -100,6 +135,10 @@ class Claims:
 
     def check(self, target: RolloutTarget) -> None:
         """Just before a request to ``target``'s BMC leaves: renew when due; ``LostLease`` when not ours."""
+        with self.lock:
+            self._check(target)
+
+    def _check(self, target: RolloutTarget) -> None:
         now = time.monotonic()
         if now >= self.renew_at:
             try:

@@ -8,7 +8,6 @@ from collections import defaultdict
 from typing import Any
 
 from django.db import connection, transaction
-from django.utils import timezone
 
 from firmware.models import (
     BundleItem,
@@ -20,6 +19,7 @@ from firmware.models import (
     TargetStep,
 )
 from firmware.redfish import resets_for
+from firmware.services.engine import clock
 from firmware.services.engine.claims import Claims
 from firmware.services.engine.locks import is_postgres
 from firmware.services.plan import Strategy, strategy_parse
@@ -73,7 +73,7 @@ class StepContext:
         effect each target is about to send (an update of its current item, or its next activation action).
         Returns the targets still held (a target whose fence moved is dropped: nothing recorded, nothing sent)."""
         planned: list[TargetStep] = []
-        now = timezone.now()
+        now = clock.now()
         token = f"recorded by chunk {uuid.uuid4().hex}"  # tells our inserts from a concurrent step's
         for t in targets:
             recorded = self.steps[t.pk]
@@ -148,4 +148,26 @@ def _step_keys(target: RolloutTarget) -> list[str]:
 
 
 def activation_actions(work: list[dict[str, Any]]) -> list[str]:
-    return ["activate", *(f"reset:{kind}" for kind in resets_for({w["activation"] for w in work}))]
+    """Activate, then each reset the work needs; a BMC reset is one action per manager the updated items name
+    (on HGX: the HMC ``HGX_BMC_0`` first, then the host BMC ``Managers/1``, which takes the BMC down), each
+    recorded, read and reconciled on its own."""
+    actions = ["activate"]
+    for kind in resets_for({w["activation"] for w in work}):
+        if kind == "bmc_reset":
+            names = manager_names(work)
+            actions += [f"reset:bmc_reset:{name}" for name in names] or ["reset:bmc_reset"]
+        else:
+            actions.append(f"reset:{kind}")
+    return actions
+
+
+def manager_names(work: list[dict[str, Any]]) -> list[str]:
+    """The managers a BMC reset of this work goes to, by the last segment of the items' RelatedItem (a chassis
+    named like a manager, ``/Chassis/HGX_BMC_0``, or ``/Managers/1``); direct manager links last."""
+    related = {r for w in work if w["activation"] == "bmc_reset" for r in w.get("related", [])}
+    names: list[str] = []
+    for uri in sorted(related, key=lambda r: ("/Managers/" in r, r)):
+        name = uri.rstrip("/").rsplit("/", 1)[-1]
+        if name not in names:
+            names.append(name)
+    return names

@@ -9,10 +9,10 @@ from typing import Any
 from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import F
-from django.utils import timezone
 
 from firmware.models import ErrorClass, RolloutTarget, TargetState
 from firmware.services.demotion import release_check_demotion, release_record_outcomes
+from firmware.services.engine import clock
 from firmware.services.rollout import rollout_engine_pause
 
 
@@ -38,7 +38,7 @@ class AlreadyApplied(Outcome):
 
 
 def later(target: RolloutTarget, seconds: float, **fields: Any) -> Outcome:
-    return Outcome(target.state, {"next_run_at": timezone.now() + dt.timedelta(seconds=max(0.2, seconds)),
+    return Outcome(target.state, {"next_run_at": clock.now() + dt.timedelta(seconds=max(0.2, seconds)),
                                   **fields})
 
 
@@ -70,10 +70,10 @@ def current_releases(target: RolloutTarget) -> list[int]:
 def _fields(outcome: Outcome) -> dict[str, Any]:
     fields = dict(outcome.fields)
     if outcome.state in (TargetState.SUCCEEDED, TargetState.FAILED, TargetState.SKIPPED):
-        fields.setdefault("finished_at", timezone.now())
+        fields.setdefault("finished_at", clock.now())
         fields.setdefault("next_run_at", None)
     if outcome.again_now:
-        fields["next_run_at"] = timezone.now() + dt.timedelta(seconds=settings.FLEET_ROLLOUT_LEASE_SECONDS)
+        fields["next_run_at"] = clock.now() + dt.timedelta(seconds=settings.FLEET_ROLLOUT_LEASE_SECONDS)
     return fields
 
 

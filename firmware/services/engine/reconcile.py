@@ -1,31 +1,40 @@
 """What the BMC shows about a side effect whose outcome we do not know (an ambiguous send, or a worker that died
-between its flushed record and the BMC's answer): FOUND, ABSENT or UNKNOWN (``fleet.execution.Trace``).
+after it marked the request as leaving): FOUND, ABSENT or UNKNOWN (``fleet.execution.Trace``).
 
-Asked only after the settle period (``settle_seconds``: longer than the BMC class's worst processing time, so a
-request the BMC took late has landed by then). Evidence, first that applies:
-- update: a task for this image and these targets in the task list (FOUND, adopted); an image of this version
-  staged or pending on a targeted item (FOUND: the task was purged); the items at the new version (FOUND);
-  a targeted item busy with no task to show for it (UNKNOWN); else ABSENT;
-- Activate: no targeted item still has a Staged image (FOUND), else ABSENT;
-- reset: the LastResetTime of the system (the manager for a BMC reset) moved since it was read just before the
-  request (FOUND) or did not (ABSENT); no reading recorded (ABSENT: the reading is flushed before every send,
-  so the reset was never sent); a BMC that does not report LastResetTime (UNKNOWN).
+Standard Redfish only (DMTF properties; what the captures of real BMCs in samples/redfish show), asked only after
+the settle period (``settle_seconds``: longer than the BMC class's worst processing time, so a request the BMC
+took late has landed by then):
+- update: a task naming this image (or version) and these targets in its ``Messages[].MessageArgs`` (FOUND,
+  adopted; tasks already accounted for by other steps excluded); the items at the new version (FOUND); no such
+  task while the BMC class is known to keep finished tasks longer than the time since the send
+  (``FLEET_BMC_TASK_RETENTION_SECONDS_BY_CLASS``: ABSENT, the BMC would still show it); else UNKNOWN (tasks are
+  purged after they finish on many BMCs: their absence proves nothing);
+- Activate/StartUpdate: UNKNOWN is never proven absent by the standard (no staged state is exposed); it is
+  idempotent (it starts what is staged; a second one finds nothing staged and activates nothing twice), see
+  side_effects.py;
+- reset: one reading per reset resource (each manager for a BMC reset; the system otherwise), taken just before
+  the send: ``LastResetTime`` and the BMC's ``DateTime``. LastResetTime moved (FOUND); unchanged while the
+  reading was taken at least two of the BMC's seconds after that LastResetTime (ABSENT: a reset would show a
+  later second); no reading recorded (ABSENT: the reading is flushed before the send, so it was never sent);
+  otherwise (no LastResetTime, no DateTime, same second) UNKNOWN. BMC times are compared only with the same
+  BMC's earlier reading, at its one-second resolution, never with a worker's or the database's clock.
 A BMC that cannot be read raises ``BmcError`` (infra): the caller comes back later, within its attempts.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
 
 from firmware.models import TargetStep, version_key
-from firmware.redfish import ROOT, BmcClient, TaskInfo
+from firmware.redfish import BmcClient, TaskInfo
 from fleet.execution import Trace
-from fleet.redfish import strip_prefix
 
 EVIDENCE = "last_reset="
+RESOLUTION_SECONDS = 1.0  # what real BMCs report LastResetTime/DateTime to (ISO 8601 without fractions)
 
 
 @dataclass
@@ -41,71 +50,86 @@ def settle_seconds(bmc_class: str) -> float:
     return float(per_class.get(bmc_class, settings.FLEET_BMC_SETTLE_SECONDS))
 
 
-def pending_version(doc: dict[str, Any]) -> str:
-    """The version of an image staged or awaiting activation on an inventory item ("" if none): the
-    simulator's and several vendors' Oem ``PendingImage``, or a ``Staged``/``Pending`` status."""
-    for oem in (doc.get("Oem") or {}).values():
-        pending = (oem or {}).get("PendingImage") if isinstance(oem, dict) else None
-        if isinstance(pending, dict) and pending.get("Version"):
-            return str(pending["Version"])
-    return ""
+def unknown_settle_seconds(bmc_class: str) -> float:
+    """After an UNKNOWN, how long more before the BMC is asked again (then the target is held for a person)."""
+    return float(getattr(settings, "FLEET_BMC_UNKNOWN_SETTLE_FACTOR", 3.0)) * settle_seconds(bmc_class)
 
 
-def update_trace(client: BmcClient, item: dict[str, Any]) -> Found:
-    task = client.find_update_task(image_uri=item["image"], targets=item["targets"])
+def task_retention_seconds(bmc_class: str) -> float:
+    """How long this BMC class is known to keep a finished task in its task collection (0: not known)."""
+    per_class = getattr(settings, "FLEET_BMC_TASK_RETENTION_SECONDS_BY_CLASS", {}) or {}
+    return float(per_class.get(bmc_class, getattr(settings, "FLEET_BMC_TASK_RETENTION_SECONDS", 0.0)))
+
+
+def update_trace(client: BmcClient, item: dict[str, Any], *, exclude: set[str], elapsed: float,
+                 bmc_class: str) -> Found:
+    """``elapsed``: seconds on the database's clock since the request was marked as leaving."""
+    task = client.find_update_task(image_uri=item["image"], targets=item["targets"], version=item["version"],
+                                   exclude=exclude)
     if task is not None:
-        return Found(Trace.FOUND, f"task {task.uri} {task.state}", task)
+        return Found(Trace.FOUND, f"task {task.uri} {task.state} names {item['version']} for "
+                                  f"{', '.join(item['targets'][:3])}", task)
     docs = client.inventory(item["targets"])
     wanted = version_key(item["version"])
     if all(version_key(str(d.get("Version") or "")) == wanted for d in docs):
         return Found(Trace.FOUND, "inventory at the new version")
-    staged = [d.get("Id") for d in docs if version_key(pending_version(d)) == wanted]
-    if staged:
-        return Found(Trace.FOUND, f"image {item['version']} pending on {', '.join(map(str, staged))} (task purged)")
-    busy = {str(b.get("@odata.id", "")).rsplit("/", 1)[-1]
-            for b in ((client.get(f"{ROOT}/UpdateService").get("Oem") or {}).get("FleetSim") or {})
-            .get("BusyTargets", [])}
-    if busy & set(item["targets"]):
-        return Found(Trace.UNKNOWN, f"targets busy ({', '.join(sorted(busy))}) but no task for this image")
-    return Found(Trace.ABSENT, "no task, no pending image, old version")
+    retention = task_retention_seconds(bmc_class)
+    if retention and elapsed < retention:
+        return Found(Trace.ABSENT, f"no task names {item['version']} for these targets {elapsed:.0f}s after the "
+                                   f"send, and this BMC class keeps finished tasks {retention:.0f}s")
+    return Found(Trace.UNKNOWN, f"no task names {item['version']} for these targets (the BMC may have purged "
+                                f"it), inventory still at the old version")
 
 
-def activate_trace(client: BmcClient, work: list[dict[str, Any]]) -> Found:
-    targets = sorted({t for w in work for t in w["targets"]})
-    staged = [d.get("Id") for d in client.inventory(targets)
-              if any(isinstance(o, dict) and (o.get("PendingImage") or {}).get("State") == "Staged"
-                     for o in (d.get("Oem") or {}).values())]
-    if staged:
-        return Found(Trace.ABSENT, f"still staged: {', '.join(map(str, staged))}")
-    return Found(Trace.FOUND, "no image left staged")
+def parse_time(text: str) -> dt.datetime | None:
+    try:
+        value = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return value if value.tzinfo else value.replace(tzinfo=dt.UTC)
 
 
-def reset_evidence_path(client: BmcClient, kind: str) -> str:
-    collection = "Managers" if kind == "bmc_reset" else "Systems"
-    members = client.collection(collection)
-    return members[0] if members else f"{ROOT}/{collection}/1"
+def reading(client: BmcClient, path: str) -> str:
+    """The evidence line recorded (flushed) before a reset of ``path``'s resource is sent: its LastResetTime and
+    the BMC's DateTime (a system has none: the first manager's, the same BMC's clock)."""
+    last, now = client.manager_times(path)
+    if not now:
+        managers = client.collection("Managers")
+        if managers:
+            _, now = client.manager_times(managers[0])
+    return f"{EVIDENCE}{path}|{last}|{now}"
 
 
-def last_reset(client: BmcClient, kind: str) -> str:
-    """The BMC's LastResetTime for this kind of reset ("" when it does not say)."""
-    doc = client.get(strip_prefix(client.url, reset_evidence_path(client, kind)))
-    return str(doc.get("LastResetTime") or "")
+def recorded_reading(step: TargetStep) -> tuple[str, str, str] | None:
+    """(path, LastResetTime, DateTime) of the reading recorded before the last send, or None."""
+    line = next((m for m in reversed(step.messages) if isinstance(m, str) and m.startswith(EVIDENCE)), None)
+    if line is None:
+        return None
+    parts = line[len(EVIDENCE):].split("|")
+    if len(parts) == 3:
+        return parts[0], parts[1], parts[2]
+    return "", parts[0], ""  # a reading recorded before per-manager evidence (LastResetTime only)
 
 
-def reset_trace(client: BmcClient, step: TargetStep, kind: str) -> Found:
-    before = next((m[len(EVIDENCE):] for m in reversed(step.messages)
-                   if isinstance(m, str) and m.startswith(EVIDENCE)), None)  # the reading before the last send
+def reset_trace(client: BmcClient, step: TargetStep, path: str) -> Found:
+    before = recorded_reading(step)
     if before is None:  # the reading is written (flushed) before every send: none means never sent
         return Found(Trace.ABSENT, "no LastResetTime was recorded, so the reset was never sent")
-    if not before:
+    read_path, last_before, clock_before = before
+    if not last_before:
         return Found(Trace.UNKNOWN, "the BMC did not report LastResetTime before the reset")
-    now = last_reset(client, kind)
-    if now and now != before:
-        return Found(Trace.FOUND, f"LastResetTime {before} -> {now}")
-    if now == before:
-        return Found(Trace.ABSENT, f"LastResetTime still {now}")
-    return Found(Trace.UNKNOWN, "the BMC does not report LastResetTime")
+    last_now, _ = client.manager_times(read_path or path)
+    if not last_now:
+        return Found(Trace.UNKNOWN, "the BMC does not report LastResetTime")
+    if last_now != last_before:
+        return Found(Trace.FOUND, f"{read_path or path} LastResetTime {last_before} -> {last_now}")
+    then, at = parse_time(last_before), parse_time(clock_before)
+    if then is not None and at is not None and (at - then).total_seconds() >= 2 * RESOLUTION_SECONDS:
+        return Found(Trace.ABSENT, f"{read_path or path} LastResetTime still {last_now} (read at the BMC's "
+                                   f"{clock_before}, before the send)")
+    return Found(Trace.UNKNOWN, f"{read_path or path} LastResetTime {last_now} unchanged, but the reading before "
+                                f"the send was within the BMC's resolution of it (DateTime {clock_before or 'absent'})")
 
 
-__all__ = ["EVIDENCE", "Found", "activate_trace", "last_reset", "pending_version", "reset_trace",
-           "settle_seconds", "update_trace"]
+__all__ = ["EVIDENCE", "Found", "reading", "recorded_reading", "reset_trace", "settle_seconds",
+           "task_retention_seconds", "unknown_settle_seconds", "update_trace"]

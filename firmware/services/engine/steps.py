@@ -4,21 +4,27 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import os
+import queue
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
-from django.utils import timezone
+from django.db import connection
 
 from firmware.models import ErrorClass, RolloutState, RolloutTarget, TargetState
 from firmware.models.rollout import TARGET_IN_FLIGHT, TARGET_PAST_NO_RETURN
-from firmware.redfish import BmcError, bmc_client_forget
+from firmware.redfish import BmcError, bmc_client, bmc_client_forget
+from firmware.services.engine import clock
 from firmware.services.engine.activation_gate import draining_step
 from firmware.services.engine.claims import Claims
 from firmware.services.engine.context import StepContext
 from firmware.services.engine.dispatch import chunks_of, send_steps
+from firmware.services.engine.drain import drain_gate
 from firmware.services.engine.locks import (
     async_commit,
     is_postgres,
@@ -85,17 +91,12 @@ def target_steps(pairs: Sequence[Sequence[int]]) -> StepsResult:
         ctx.load_steps(runnable)
         runnable = ctx.record_fenced(runnable, claims)
         flushed = time.monotonic()
-        for index, target in enumerate(runnable):
-            if budget.expired():
-                left = runnable[index:]
-                break
-            try:
-                outcome = step_one(target, ctx)
-            except LostLease:
+        for target, outcome in run_steps(runnable, ctx, budget):
+            if outcome is LEFT:
+                left.append(target)
+                continue
+            if outcome is LOST:
                 continue  # another worker owns it now: write nothing
-            except SoftTimeLimitExceeded:
-                left = runnable[index:]
-                break
             if isinstance(outcome, AlreadyApplied):
                 result.done += outcome.applied
                 if outcome.applied:
@@ -125,6 +126,106 @@ def target_steps(pairs: Sequence[Sequence[int]]) -> StepsResult:
 
 
 FLUSH_SECONDS = 0.5
+LEFT = Outcome("left")  # not started: out of time (sent on in a new message)
+LOST = Outcome("lost")  # fenced: another worker owns the target
+
+
+def worker_concurrency() -> int:
+    """How many BMCs one worker process talks to at once (``FLEET_ROLLOUT_WORKER_CONCURRENCY``)."""
+    return max(1, int(getattr(settings, "FLEET_ROLLOUT_WORKER_CONCURRENCY", 32)))
+
+
+_POOL: tuple[int, ThreadPoolExecutor] | None = None
+
+
+def worker_pool() -> ThreadPoolExecutor:
+    """The process's threads for BMC steps (created after a fork, in the process that uses them); their
+    database connections stay open between chunks."""
+    global _POOL
+    if _POOL is None or _POOL[0] != os.getpid():
+        _POOL = (os.getpid(), ThreadPoolExecutor(max_workers=worker_concurrency(), thread_name_prefix="bmc-step"))
+    return _POOL[1]
+
+
+def worker_pool_shutdown() -> None:
+    """Close every pool thread's database connection and stop the pool (tests that step in their own process,
+    before the test database is dropped; a worker process's pool ends with it)."""
+    global _POOL
+    if _POOL is None or _POOL[0] != os.getpid():
+        _POOL = None
+        return
+    pool, size = _POOL[1], worker_concurrency()
+    barrier = threading.Barrier(size)
+
+    def close() -> None:
+        try:
+            barrier.wait(timeout=10)  # one close per thread: each waits until every thread holds one
+        except threading.BrokenBarrierError:
+            pass
+        connection.close()
+
+    for _ in range(size):
+        pool.submit(close)
+    pool.shutdown(wait=True)
+    _POOL = None
+
+
+def run_steps(runnable: list[RolloutTarget], ctx: StepContext, budget: TimeBudget
+              ) -> Iterator[tuple[RolloutTarget, Outcome]]:
+    """Step every target, yielding (target, outcome) as each finishes. BMC I/O is latency-bound: the chunk's
+    servers are worked concurrently on the process's pool (at most ``FLEET_ROLLOUT_WORKER_CONCURRENCY`` at once),
+    one thread per server at a time (its targets in order), so a BMC never has two of our requests in flight and
+    a slow or timing-out BMC delays only itself. Results are written by the calling thread."""
+    groups: dict[int, list[RolloutTarget]] = {}
+    for target in runnable:
+        groups.setdefault(target.server_id, []).append(target)
+    stop = threading.Event()
+
+    def one(target: RolloutTarget) -> Outcome:
+        if stop.is_set() or budget.expired():
+            return LEFT
+        try:
+            return step_one(target, ctx)
+        except LostLease:
+            return LOST
+        except SoftTimeLimitExceeded:
+            return LEFT
+
+    if not is_postgres() or worker_concurrency() == 1 or len(groups) == 1:
+        for group in groups.values():
+            for target in group:
+                yield target, one(target)
+        return
+    results: queue.Queue = queue.Queue()
+
+    def run_group(group: list[RolloutTarget]) -> None:
+        try:
+            connection.close_if_unusable_or_obsolete()
+            async_commit(True)
+            for target in group:
+                results.put((target, one(target)))
+        except Exception:  # a database that went away under this thread: the targets are left to the lease
+            logger.exception("rollout: a step thread failed")
+            for target in group:
+                results.put((target, LEFT))
+        finally:
+            results.put(None)
+
+    pool = worker_pool()
+    remaining = len(groups)
+    for group in groups.values():
+        pool.submit(run_group, group)
+    seen: set[int] = set()
+    try:
+        while remaining:
+            item = results.get()
+            if item is None:
+                remaining -= 1
+            elif item[0].pk not in seen:
+                seen.add(item[0].pk)
+                yield item
+    finally:
+        stop.set()  # the soft time limit in this thread: the threads start nothing new
 
 
 def write_results(pending: list[tuple[RolloutTarget, Outcome]], result: StepsResult, ctx: StepContext) -> None:
@@ -138,7 +239,7 @@ def release(targets: list[RolloutTarget], claims: Claims, *, seconds: float) -> 
     """Give the targets' leases back (fence unchanged) and look at them again in ``seconds``."""
     for t in targets:
         RolloutTarget.objects.filter(pk=t.pk, fence=t.fence).update(
-            lease_owner="", lease_until=None, next_run_at=timezone.now() + dt.timedelta(seconds=seconds))
+            lease_owner="", lease_until=None, next_run_at=clock.now() + dt.timedelta(seconds=seconds))
         claims.drop(t.pk)
 
 
@@ -150,16 +251,27 @@ def _applied(result: StepsResult, ctx: StepContext, target: RolloutTarget, outco
         ctx.succeeded.append(outcome.succeeded)
 
 
+def boot_grace_left(target: RolloutTarget, ctx: StepContext) -> float:
+    """Seconds left of the boot grace after this target's last reset, from the reset's record in the database
+    (``finished_at``, the database's clock): any worker, not only the one that sent it, knows the BMC reboots."""
+    grace = float(getattr(settings, "FLEET_BMC_BOOT_GRACE_SECONDS", 300))
+    ends = [st.finished_at for st in ctx.steps[target.pk].values() if st.kind == "reset" and st.finished_at]
+    return max((grace - clock.since(e) for e in ends), default=0.0)
+
+
 def step_one(target: RolloutTarget, ctx: StepContext) -> Outcome:
     if not target.server.bmc_address:
         return fail(target, ErrorClass.INFRA, "the server has no BMC address", [])
+    grace = boot_grace_left(target, ctx)
+    if grace > 0:
+        bmc_client(target.server.bmc_address).session.expect_reboot(grace)
     try:
         if target.state == TargetState.PRECHECK:
             return precheck_step(target, ctx)
         if target.state == TargetState.STAGING:
             return staging_step(target, ctx)
         if target.state == TargetState.DRAINING:
-            return draining_step(target, ctx)
+            return drain_gate(target, ctx) or draining_step(target, ctx)
         if target.state == TargetState.ACTIVATING:
             return activating_step(target, ctx)
         if target.state == TargetState.VERIFYING:
@@ -187,6 +299,11 @@ def _infra(target: RolloutTarget, exc: BmcError, ctx: StepContext) -> Outcome:
         return later(target, 1, last_error=f"unanswered: {exc}"[:2000], error_class="")
     bmc_client_forget(target.server.bmc_address)
     strategy = ctx.strategy(target.rollout)
+    grace = boot_grace_left(target, ctx)
+    if grace > 0:  # the BMC reboots after our reset (refused, 404, 503): no attempt spent, bounded by the grace
+        return later(target, min(10.0, max(1.0, exc.retry_after or 2)),
+                     last_error=f"the BMC is rebooting ({grace:.0f}s of boot grace left): {exc}"[:2000],
+                     error_class=ErrorClass.INFRA)
     attempts = target.attempts + 1
     if attempts >= strategy.retry_max_attempts:
         if any(st.response_status is None and st.outcome != "not_sent" for st in ctx.steps[target.pk].values()):

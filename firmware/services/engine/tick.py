@@ -8,14 +8,15 @@ from dataclasses import dataclass, field
 from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import F
-from django.utils import timezone
 
 from firmware.models import Rollout, RolloutState, RolloutTarget, RolloutWave, TargetState, WaveState
 from firmware.models.rollout import TARGET_IN_FLIGHT
 from firmware.services import gates
+from firmware.services.engine import clock
 from firmware.services.engine.admission import admit
 from firmware.services.engine.canary import canary_reinforce
 from firmware.services.engine.dispatch import chunks_of, lease_due_targets, send_steps
+from firmware.services.engine.drain import release_ended
 from firmware.services.engine.locks import TICK_LOCK, is_postgres
 from firmware.services.plan import strategy_parse
 from firmware.services.rollout import ENGINE, rollout_abort, rollout_engine_complete, rollout_engine_pause
@@ -40,7 +41,7 @@ def rollout_tick(*, now: dt.datetime | None = None, limit: int | None = None) ->
                 cursor.execute("SELECT pg_try_advisory_xact_lock(%s)", [TICK_LOCK])
                 if not cursor.fetchone()[0]:
                     return TickResult(ran=False)
-        now = now or timezone.now()
+        now = now or clock.now()
         for rollout in Rollout.objects.filter(state=RolloutState.RUNNING).select_related("bundle").order_by("id"):
             verdict = _judge_wave(rollout, now)
             if verdict:
@@ -51,6 +52,7 @@ def rollout_tick(*, now: dt.datetime | None = None, limit: int | None = None) ->
         chunks = chunks_of(pairs)
         result.messages = len(chunks)
         transaction.on_commit(lambda: send_steps(chunks))
+    release_ended()  # resume the scheduler nodes of targets that ended (outside the tick's transaction)
     return result
 
 

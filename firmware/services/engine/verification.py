@@ -6,11 +6,11 @@ from collections import Counter, defaultdict
 
 from django.db import transaction
 from django.db.models import F
-from django.utils import timezone
 
 from firmware.inventory_map import components_from_inventory
 from firmware.models import ErrorClass, RolloutTarget, TargetState, UpdateMethod, version_key
 from firmware.redfish import BmcError, bmc_client_forget
+from firmware.services.engine import clock
 from firmware.services.engine.context import StepContext
 from firmware.services.engine.outcomes import Outcome, fail, later
 from firmware.services.engine.side_effects import client_for
@@ -72,7 +72,7 @@ def precheck_step(target: RolloutTarget, ctx: StepContext) -> Outcome:
 def verifying_step(target: RolloutTarget, ctx: StepContext) -> Outcome:
     """Every targeted inventory item must report the new version. A BMC that is rebooting answers later; a
     version still old when the deadline passes is a firmware failure."""
-    now = timezone.now()
+    now = clock.now()
     work = target.work
     deadline = target.deadline_at or now
     client = client_for(target)
@@ -115,7 +115,7 @@ def flush_successes(ctx: StepContext) -> None:
     from inventory import services as inventory_services
 
     specs = [s for s in ctx.specs.values() if s.inventory_pattern] or None
-    now = timezone.now()
+    now = clock.now()
     server_rows, per_gpu = [], []
     for server, _releases, members in ctx.succeeded:
         found = components_from_inventory(members, specs)

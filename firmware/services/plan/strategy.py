@@ -33,6 +33,26 @@ class _MaxUnavailableSerializer(serializers.Serializer):
                                         help_text="Servers of one scheduler pool draining or activating at once")
 
 
+class _DrainSerializer(serializers.Serializer):
+    """What a rollout does with the workload scheduler's jobs before it activates a server (docs/scheduler.md)."""
+
+    deadline_seconds = serializers.IntegerField(min_value=0, default=3600,
+                                                help_text="How long to wait for a drained node's jobs to end")
+    on_deadline = serializers.ChoiceField(choices=["wait", "skip", "requeue"], default="wait",
+                                          help_text="Then: keep waiting, skip the server as an exception, or "
+                                                    "requeue its jobs (only with allow_requeue)")
+    allow_requeue = serializers.BooleanField(default=False, help_text="Jobs may be sent back to the queue")
+    partition_max_percent = serializers.FloatField(min_value=0.1, max_value=100, required=False, allow_null=True,
+                                                   default=None, help_text="Never drain more than this % of a "
+                                                   "scheduler partition's nodes at once (across rollouts)")
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        if attrs.get("on_deadline") == "requeue" and not attrs.get("allow_requeue"):
+            raise serializers.ValidationError({"on_deadline": "requeue needs allow_requeue: true (the jobs are "
+                                                              "sent back to the queue and restart elsewhere)."})
+        return attrs
+
+
 class StrategySerializer(serializers.Serializer):
     """A rollout strategy. Every key is optional; the defaults are a cautious rollout."""
 
@@ -54,6 +74,7 @@ class StrategySerializer(serializers.Serializer):
     window_ids = serializers.ListField(child=serializers.IntegerField(min_value=1), default=list,
                                        help_text="Allow windows to use (empty: any in scope)")
     retry = _RetrySerializer(default=dict)
+    drain = _DrainSerializer(default=dict)
     seed = serializers.IntegerField(default=0, help_text="Changes the order of units, not the rules")
 
     def validate_waves(self, value: list[float]) -> list[float]:
@@ -86,6 +107,7 @@ class Strategy:
     retry_max_attempts: int = 3
     retry_backoff_seconds: tuple[int, ...] = (10, 60, 300)
     seed: int = 0
+    drain: dict[str, Any] = field(default_factory=dict)
 
     def as_json(self) -> dict[str, Any]:
         """The validated strategy in the request's shape (stored on the rollout)."""
@@ -97,7 +119,7 @@ class Strategy:
             "min_sample": self.min_sample, "on_failure": self.on_failure, "require_window": self.require_window,
             "window_ids": list(self.window_ids),
             "retry": {"max_attempts": self.retry_max_attempts, "backoff_seconds": list(self.retry_backoff_seconds)},
-            "seed": self.seed,
+            "seed": self.seed, **({"drain": dict(self.drain)} if self.drain else {}),
         }
 
     def backoff(self, attempt: int) -> int:
@@ -124,7 +146,7 @@ def _flatten_errors(errors: Any, prefix: str) -> dict[str, list[str]]:
 def strategy_parse(data: dict[str, Any] | None) -> Strategy:
     """Validate a strategy (the request's JSON); bad input raises ValidationError keyed ``strategy.<field>``."""
     data = dict(data or {})
-    for nested in ("retry", "max_unavailable"):  # an absent nested object still gets its fields' defaults
+    for nested in ("retry", "max_unavailable", "drain"):  # an absent nested object still gets its fields' defaults
         if data.get(nested) is None:
             data[nested] = {}
     serializer = StrategySerializer(data=data)
@@ -139,7 +161,7 @@ def strategy_parse(data: dict[str, Any] | None) -> Strategy:
         max_failure_ratio=v["max_failure_ratio"], min_sample=v["min_sample"], on_failure=v["on_failure"],
         require_window=v["require_window"], window_ids=tuple(v["window_ids"]),
         retry_max_attempts=v["retry"]["max_attempts"], retry_backoff_seconds=tuple(v["retry"]["backoff_seconds"]),
-        seed=v["seed"],
+        seed=v["seed"], drain=dict(v["drain"]) if data.get("drain") else {},
     )
 
 

@@ -1,0 +1,190 @@
+"""Draining the scheduler's node before a rollout touches a server, and resuming it when the target ends.
+
+Two calls from the engine (docs/scheduler.md lists them):
+- ``drain_gate(target, ctx)`` at the top of the draining step, after the activation window allows it: without a
+  scheduler it returns None at once (the engine goes on as before). With one: the first time, under the drain
+  admission lock, the caps are counted with every server whose drain Fleet requested as unavailable (a server
+  counts from its drain request, in ANY rollout: site, pool and failure-domain caps, and the per-partition cap
+  ``FLEET_SCHEDULER_PARTITION_MAX_DRAIN_PERCENT`` or the strategy's ``drain.partition_max_percent``) and the
+  hold is recorded (inventory.scheduler.holds: committed before the drain is sent); then the drain is sent,
+  fenced by the chunk's claim; then the step waits (``later``) until no job runs on the node and returns None:
+  the engine's own gate then moves the target to activating. The wait shows on the target ("draining: 2 jobs
+  left, ids 4711, 4712, since 10:42"). At the strategy's drain deadline: ``wait`` (keep waiting), ``skip`` (the
+  target fails as an infrastructure exception, never activated) or ``requeue`` (only with
+  ``allow_requeue``: the jobs go back to the queue, each once).
+- ``release_ended()`` from the tick: every open hold of a target that has ended (succeeded, failed, skipped,
+  cancelled, or sent again as a new attempt) is released: resumed exactly once if Fleet's reason is still set.
+Staging needs no drain: the gate runs only in the draining state, after staging, and only inside the
+activation window (outside it the gate returns None and the engine's own gate makes the target wait).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from firmware.models import ErrorClass, RolloutTarget
+from firmware.models.rollout import TARGET_DONE
+from firmware.services.engine.activation_gate import cap_reached, hold_reason, unavailable
+from firmware.services.engine.context import StepContext
+from firmware.services.engine.outcomes import Outcome, fail, later
+from firmware.services.windows import activation_allowed
+from inventory import scheduler
+from inventory.models import HoldState, SchedulerHold
+from inventory.models.scheduler import HOLD_DRAINING, HOLD_OPEN
+from inventory.scheduler import SchedulerError, holds
+
+OWNER = "rollout-target"
+KEY_PREFIX = f"{OWNER}:"
+DRAIN_ADMIT_LOCK = 0x5C4E0001  # one transaction at a time admits drains (caps are counted under it)
+
+
+@dataclass(frozen=True)
+class DrainPolicy:
+    deadline_seconds: int = 3600
+    on_deadline: str = "wait"
+    allow_requeue: bool = False
+    partition_max_percent: float | None = None
+
+
+def drain_policy(strategy: dict | None) -> DrainPolicy:
+    """The rollout's ``drain`` strategy (validated when the rollout was created: plan.strategy)."""
+    raw = (strategy or {}).get("drain") or {}
+    percent = raw.get("partition_max_percent")
+    return DrainPolicy(deadline_seconds=int(raw.get("deadline_seconds", 3600)),
+                       on_deadline=raw.get("on_deadline", "wait"), allow_requeue=bool(raw.get("allow_requeue")),
+                       partition_max_percent=float(percent) if percent else None)
+
+
+def hold_key(target: RolloutTarget) -> str:
+    """One hold per attempt of a target (a retried exception is admitted again with a new ``started_at``)."""
+    started = int(target.started_at.timestamp() * 1000) if target.started_at else 0
+    return f"{KEY_PREFIX}{target.pk}:{started}"
+
+
+def drain_gate(target: RolloutTarget, ctx: StepContext) -> Outcome | None:
+    """None: no scheduler, or the node is drained and idle (go on). Otherwise what the step does now."""
+    if scheduler.configured() is None:
+        return None
+    poll = settings.FLEET_SCHEDULER_POLL_SECONDS
+    policy = drain_policy(target.rollout.strategy)
+    strategy, now = ctx.strategy(target.rollout), timezone.now()
+    verdict = activation_allowed(at=now, windows=ctx.windows_for(target.site_id, ctx.pools.get(target.server_id, [])),
+                                 require_window=strategy.require_window, window_ids=strategy.window_ids)
+    if not verdict.allowed:  # no drain outside the activation window (the engine's gate says the same)
+        return None
+    try:
+        hold = SchedulerHold.objects.filter(key=hold_key(target)).first()
+        if hold is None:
+            admitted = _admit(target, ctx, policy)
+            if isinstance(admitted, Outcome):
+                return admitted
+            hold = admitted
+        if hold.state == HoldState.REQUESTED:
+            claims = ctx.claims
+            hold = holds.hold_drain(hold, check=(lambda: claims.check(target)) if claims else (lambda: None))
+        if hold.state not in (HoldState.HELD, HoldState.FOREIGN):
+            return None  # the scheduler does not know the node: nothing runs there that Fleet could see
+        live = holds.node_live(hold.node)
+    except SchedulerError as exc:
+        return later(target, poll, last_error=f"waiting for the scheduler: {exc}"[:2000])
+    if live is None or not live.jobs:
+        return None
+    holds.node_record(live, target.server)  # the server page shows the wait before the next refresh
+    since = hold.drained_at or hold.requested_at
+    ids = ", ".join(str(j) for j in live.jobs[:10]) + (" ..." if len(live.jobs) > 10 else "")
+    waiting = (f"draining {hold.node}: {len(live.jobs)} job{'s' if len(live.jobs) != 1 else ''} left, ids {ids}, "
+               f"since {timezone.localtime(since):%H:%M}")
+    if hold.state == HoldState.FOREIGN:
+        waiting += f" (out for someone else: {hold.note})"
+    keep_waiting = policy.on_deadline == "wait" or (policy.on_deadline == "requeue" and not policy.allow_requeue)
+    if timezone.now() < since + dt.timedelta(seconds=policy.deadline_seconds) or keep_waiting:
+        return later(target, poll, last_error=waiting[:2000])
+    if policy.on_deadline == "skip":
+        return fail(target, ErrorClass.INFRA, f"drain deadline ({policy.deadline_seconds}s) passed: {waiting}; "
+                                              "skipped as an exception, not activated", [])
+    try:
+        sent = holds.hold_requeue(hold, list(live.jobs))
+    except SchedulerError as exc:
+        return later(target, poll, last_error=f"{waiting}; requeue failed: {exc}"[:2000])
+    note = f"requeued {', '.join(map(str, sent))}" if sent else "requeued earlier"
+    return later(target, poll, last_error=f"{waiting}; {note}, waiting for the jobs to leave"[:2000])
+
+
+def _held_targets() -> object:
+    """Ids of targets with an open drain (a subquery: counted in SQL, whatever their number)."""
+    return SchedulerHold.objects.filter(owner=OWNER, state__in=HOLD_OPEN).values("owner_id")
+
+
+def _admit(target: RolloutTarget, ctx: StepContext, policy: DrainPolicy) -> SchedulerHold | Outcome:
+    """Count the caps with every requested drain as unavailable and record the hold, in one transaction under
+    the admission lock: two steps never both take the last slot of a site, a rack, a pool or a partition."""
+    sched = scheduler.configured()
+    node = scheduler.node_name(target.server)
+    live = sched.node_state([node]).get(node)
+    strategy = ctx.strategy(target.rollout)
+    pools = ctx.pools.get(target.server_id, [])
+    with transaction.atomic():
+        if connection.vendor == "postgresql":
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_advisory_xact_lock(%s)", [DRAIN_ADMIT_LOCK])
+        held = hold_reason(target)
+        if held:
+            return later(target, 5, last_error=f"held: {held}")
+        busy = (RolloutTarget.objects.filter(unavailable() | Q(pk__in=_held_targets()))
+                .exclude(unit_key=target.unit_key, rollout_id=target.rollout_id))
+        capped = strategy.max_unavailable_per_site or strategy.max_unavailable_per_pool or strategy.domain_caps
+        full = cap_reached(target, strategy, busy, pools) if capped else ""
+        if not full and live is not None:
+            full = _partition_full(live, policy)
+        if full:
+            return later(target, 3, last_error=f"waiting: {full}")
+        return holds.hold_request(key=hold_key(target), server=target.server,
+                                  reason=f"rollout {target.rollout_id} ({target.rollout.name}) target {target.pk}",
+                                  partitions=live.partitions if live else ())
+
+
+def _partition_full(live, policy: DrainPolicy) -> str:
+    """"" if draining ``live``'s node keeps every partition it is in under the cap; else why not."""
+    percent = policy.partition_max_percent or settings.FLEET_SCHEDULER_PARTITION_MAX_DRAIN_PERCENT
+    if not percent or not live.partitions:
+        return ""
+    if SchedulerHold.objects.filter(node=live.name, state__in=HOLD_DRAINING).exists():
+        return ""  # Fleet has it drained already (a health drain): no capacity lost by this one
+    cluster = scheduler.configured().node_state()
+    for partition in live.partitions:
+        total = sum(1 for n in cluster.values() if partition in n.partitions)
+        drained = (SchedulerHold.objects.filter(partitions__contains=f",{partition},", state__in=HOLD_DRAINING)
+                   .values("node").distinct().count())
+        if total and (drained + 1) * 100 > percent * total + 1e-9:
+            return (f"partition {partition}: {drained} of {total} nodes drained by Fleet "
+                    f"(cap {percent:g}%)")
+    return ""
+
+
+def release_ended(limit: int = 500) -> int:
+    """Release the open holds of targets that ended (see the module docstring). Returns how many."""
+    if scheduler.configured() is None:
+        return 0
+    open_holds = list(SchedulerHold.objects.filter(owner=OWNER, state__in=HOLD_OPEN).order_by("id")[:limit])
+    if not open_holds:
+        return 0
+    targets = {t.pk: t for t in RolloutTarget.objects.filter(pk__in=[h.owner_id for h in open_holds])
+               .only("id", "state", "started_at")}
+    released = 0
+    for hold in open_holds:
+        target = targets.get(hold.owner_id)
+        if target is not None and target.state not in TARGET_DONE and hold_key(target) == hold.key:
+            continue
+        try:
+            holds.hold_release(hold)
+            released += 1
+        except SchedulerError:
+            continue  # recorded as releasing: the next tick (or the scheduler refresh) sends it
+    return released
+
