@@ -1,16 +1,26 @@
 """The step executor: Celery workers sanitize each server's media over Redfish on the shared crash-safe execution
 model (``fleet.execution``: leases with fences, the fenced record before every send, settle-and-reconcile for an
-ambiguous send, bounded retries; ``fleet.redfish``: the transport).
+ambiguous send; ``fleet.redfish``: the transport), with the evidence real BMCs give (``decommission.reconcile``:
+standard Redfish only) and every decision on the database's clock (``decommission.clock``).
 
-Per server, in this order (``PLAN``): archive and clear the HMC's and the BMC's logs, reset the BIOS, secure-erase
-the drives the BMC exposes, reset the DPU to factory, wait for the host agent (NVMe the BMC cannot reach, TPM, GPU
-reset), record the GPUs' InfoROM, power the system off (the volatile media's evidence), and reset the BMC to
-defaults (ResetAll) last, since it cuts the management path.
+Per server, in this order (``PLAN``): archive and clear the HMC's log, reset the BIOS, secure-erase the drives
+the BMC exposes, reset the DPU to factory, wait for the host agent (NVMe the BMC cannot reach, TPM, GPU reset),
+record the GPUs' InfoROM, power the system off (the volatile media's evidence), then the BMC: archive and clear
+its log, and reset it to defaults (ResetAll) last, since it cuts the management path (its credentials too: a 401
+afterwards is the expected end of the step).
 
-A medium's step: ``pending`` -> (fenced: ``sending``, sent_at) -> POST -> ``running`` (a task) or done. A worker
-that dies between the record and the answer leaves ``sending``: the next lease holder never resends on a guess;
-after the settle period it reads the device (``Oem.FleetSim.LastAction`` / LastResetTime) and adopts what
-landed (FOUND) or sends once more only when the device proves it did not (ABSENT)."""
+Every mutating request is recorded before it leaves: a medium's step ``pending`` -> (fenced: ``sending``, the
+device's reading before the send in ``baseline``) -> its ``sent_at`` stamped by the database just before the
+POST -> ``running`` (a task) or done; the ForceOff likewise on the asset (``power_off_sent_at``). A send whose
+answer was lost stays ``sending``: after the settle period the device is read and compared with the baseline:
+FOUND (adopted), ABSENT (the device proves it did not land: sent again, at most ``DECOMMISSION_MAX_SENDS`` in
+all), UNKNOWN (a longer settle, one more reading, then the asset is held for a person with the evidence). It is
+never sent again on the absence of evidence.
+
+Bounded: a pass that ends in a BMC error counts on the asset (``errors``); past ``DECOMMISSION_MAX_ERRORS`` the
+asset is held with the error. A BMC rebooting after ResetAll (refused, 503, 404) inside the boot grace recorded
+in the database is waited for and not counted; only a task that ends in failure on the device counts as a
+device failure (a task aborted by a reboot is sent again)."""
 
 from __future__ import annotations
 
@@ -18,16 +28,21 @@ import datetime as dt
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.utils import timezone
+from django.db.models import F
+from django.db.models.functions import Now
 
+from decommission import reconcile
 from decommission.canonical import sha256_hex
+from decommission.clock import db_in, db_now
 from decommission.models import Asset, AssetState, EvidenceEvent, MediaState, MediaType, Medium, RequestState
+from decommission.scheduler_gate import asset_wait
 from decommission.services.agent import agent_media, agent_media_done
 from decommission.services.evidence import event_append, events_append_many
-from decommission.services.steps import Outcome, media_finish_many, medium_stop, outcomes_write
+from decommission.services.steps import Outcome, media_finish_many, outcomes_write
 from fleet import bulk
 from fleet.audit import SystemActor
 from fleet.execution import (
@@ -50,8 +65,9 @@ RETRY = RetryPolicy(attempts=6, base_seconds=2.0, max_seconds=60.0)
 # Waiting for the host agent is not polled: its upload sets the asset due again. This is only the safety net
 # (an upload whose wake-up raced a worker's release is also caught: the worker looks again after releasing).
 AGENT_WAIT_SECONDS = 30.0
-DONE, WAIT, STOP = "done", "wait", "stop"
-# (media type, Redfish action below the medium's target, request body, sent as a task?)
+DONE, WAIT, STOP, HOLD = "done", "wait", "stop", "hold"
+RUNNING_TASK = ("New", "Running", "Pending", "Starting", "Stopping", "Suspended", "Service", "Interrupted")
+# (media type -> Redfish action below the medium's target, request body)
 ACTIONS: dict[str, tuple[str, dict]] = {
     MediaType.HMC_FLASH: ("/LogServices/Log/Actions/LogService.ClearLog", {}),
     MediaType.UEFI_NVRAM: ("/Actions/Bios.ResetBios", {}),
@@ -59,7 +75,35 @@ ACTIONS: dict[str, tuple[str, dict]] = {
     MediaType.DPU: ("/Actions/NetworkAdapter.ResetSettingsToDefault", {}),
     MediaType.BMC_FLASH: ("/Actions/Manager.ResetToDefaults", {"ResetType": "ResetAll"}),
 }
-EVIDENCE_URI = {MediaType.HMC_FLASH: "/LogServices/Log", MediaType.BMC_FLASH: ""}
+CLEAR_LOG = ACTIONS[MediaType.HMC_FLASH]
+
+
+def _setting(name: str, default: float) -> float:
+    return float(getattr(settings, name, default))
+
+
+def max_sends() -> int:
+    return int(_setting("DECOMMISSION_MAX_SENDS", 3))
+
+
+def max_errors() -> int:
+    return int(_setting("DECOMMISSION_MAX_ERRORS", 8))
+
+
+def unknown_settle() -> float:
+    return _setting("DECOMMISSION_UNKNOWN_SETTLE_SECONDS", 3 * settings.DECOMMISSION_SETTLE_SECONDS)
+
+
+def boot_grace() -> float:
+    return _setting("DECOMMISSION_BOOT_GRACE_SECONDS", 300)
+
+
+class Held(Exception):
+    """The asset needs a person: ``reason`` and ``evidence`` are shown on the request page, API and metric."""
+
+    def __init__(self, reason: str, evidence: dict[str, Any]) -> None:
+        super().__init__(reason)
+        self.reason, self.evidence = reason, evidence
 
 
 @dataclass
@@ -87,14 +131,20 @@ class Ctx:
         bulk.update(Medium, running, ["state", "task_uri"])
         outcomes_write(outcomes, actor=WORKER, request=self.asset.request)
 
+    @property
+    def system(self) -> str:
+        return self.asset.system_uri
 
-def _archive_logs(ctx: Ctx, medium: Medium, manager: str) -> dict:
-    """Read a manager's log entries before they are cleared; their SHA-256 goes into the chain (see _fenced)."""
-    entries = ctx.session.get(f"{manager}/LogServices/Log/Entries")
-    raw = str(entries.get("Members", []))
-    return {"request": ctx.asset.request, "medium": medium, "step": "logs.archive", "tool": "redfish",
-            "command": f"GET {manager}/LogServices/Log/Entries", "output": raw, "result": "archived",
-            "detail": {"entries": len(entries.get("Members", [])), "sha256": sha256_hex(raw)}}
+
+def _archive_logs(ctx: Ctx, medium: Medium) -> tuple[dict, list[list[str]]]:
+    """Read a manager's log entries before they are cleared; their SHA-256 goes into the chain. Returns the
+    archive and the (Id, Created) pairs: the baseline the clear is reconciled against."""
+    entries = ctx.session.get(f"{medium.target_uri}/LogServices/Log/Entries").get("Members", [])
+    raw = str(entries)
+    archive = {"medium": medium, "step": "logs.archive", "tool": "redfish",
+               "command": f"GET {medium.target_uri}/LogServices/Log/Entries", "output": raw, "result": "archived",
+               "detail": {"entries": len(entries), "sha256": sha256_hex(raw)}}
+    return archive, [[str(e.get("Id", "")), str(e.get("Created", ""))] for e in entries]
 
 
 def _write(ctx: Ctx, archives: list[dict]) -> None:
@@ -102,8 +152,7 @@ def _write(ctx: Ctx, archives: list[dict]) -> None:
     transaction, which holds the asset's row: the asset, then its chain, then the request when it finishes)."""
     ctx.flush()
     if archives:
-        events_append_many(request=ctx.asset.request, actor=WORKER,
-                           items=[{k: v for k, v in a.items() if k != "request"} for a in archives])
+        events_append_many(request=ctx.asset.request, actor=WORKER, items=archives)
         ctx.archived.update(a["medium"].pk for a in archives)
     if ctx.asset_fields:
         fields, ctx.asset_fields = ctx.asset_fields, {}
@@ -124,177 +173,302 @@ def _write_outcomes(ctx: Ctx) -> None:
         _write(ctx, [])
 
 
-def _fenced(ctx: Ctx, record: Callable[[], None] | None = None, archive: dict | list[dict] | None = None) -> None:
-    """Prove the lease, write the outcomes so far and the log archives, and record "about to send": ONE flushed
-    transaction (the asset's row is locked by the lease check; the request's row is not touched). A worker whose
-    lease was taken writes nothing: the new holder reconciles those media from the device."""
-    archives = archive if isinstance(archive, list) else [archive] if archive else []
+def _fenced(ctx: Ctx, record: Callable[[], None] | None = None, archives: list[dict] | None = None) -> None:
+    """Prove the lease, write the outcomes so far and the log archives, record "about to send" and renew the
+    lease on the database's clock: ONE flushed transaction. A worker whose lease was taken writes nothing."""
 
     def write_and_record() -> None:
-        _write(ctx, archives)
+        _write(ctx, archives or [])
         if record is not None:
             record()
+        Asset.objects.filter(pk=ctx.lease.pk, fence=ctx.lease.fence).update(
+            lease_until=db_in(settings.DECOMMISSION_LEASE_SECONDS))
 
-    fenced(ctx.lease, write_and_record, renew_seconds=settings.DECOMMISSION_LEASE_SECONDS)
-
-
-def _reconcile(ctx: Ctx, medium: Medium) -> Callable[[], Trace]:
-    def look() -> Trace:
-        uri = medium.target_uri + EVIDENCE_URI.get(medium.media_type, "")
-        body = ctx.session.get(uri or medium.target_uri)
-        if medium.media_type == MediaType.BMC_FLASH:
-            stamp = body.get("LastResetTime", "")
-        else:
-            last = ((body.get("Oem") or {}).get("FleetSim") or {}).get("LastAction") or {}
-            stamp = last.get("Time", "")
-            if last.get("Task"):
-                medium.task_uri = last["Task"]
-        if not stamp:
-            return Trace.ABSENT if medium.media_type != MediaType.BMC_FLASH else Trace.UNKNOWN
-        landed = dt.datetime.fromisoformat(stamp) >= medium.sent_at - dt.timedelta(seconds=1)
-        return Trace.FOUND if landed else Trace.ABSENT
-    return look
+    fenced(ctx.lease, write_and_record)
 
 
-def _redfish_step(ctx: Ctx, medium: Medium) -> str:
-    action, body = ACTIONS[medium.media_type]
-    if medium.state == MediaState.PENDING:
-        archive = None
-        if medium.media_type in (MediaType.HMC_FLASH, MediaType.BMC_FLASH) and medium.pk not in ctx.archived:
-            archive = _archive_logs(ctx, medium, medium.target_uri)
-            if medium.media_type == MediaType.BMC_FLASH:  # the BMC's own log is cleared now; its reset comes last
-                _fenced(ctx, archive=archive)
-                archive = None
-                ctx.session.post(f"{medium.target_uri}/LogServices/Log/Actions/LogService.ClearLog", {})
-        now = timezone.now()
+def _stamp(ctx: Ctx, medium: Medium) -> None:
+    """Just before this very send: prove the lease is still ours and renew it (so a batch of sends cannot
+    outlast it: each send is bounded by FLEET_BMC_TIMEOUT, below the lease), and stamp the send time by the
+    database (not the batch's record time): the settle period counts from here."""
+    lease, seconds = ctx.lease, settings.DECOMMISSION_LEASE_SECONDS
+    if connection.vendor == "postgresql":  # one statement: the lease renewed only if ours, then the stamp
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"WITH lease AS (UPDATE {Asset._meta.db_table} SET lease_until = clock_timestamp() + "
+                f"make_interval(secs => %s) WHERE id = %s AND fence = %s AND lease_owner = %s RETURNING id) "
+                f"UPDATE {Medium._meta.db_table} SET sent_at = clock_timestamp(), sends = sends + 1 "
+                f"WHERE id = %s AND EXISTS (SELECT 1 FROM lease) RETURNING sent_at",
+                [seconds, lease.pk, lease.fence, lease.owner, medium.pk])
+            row = cursor.fetchone()
+        stamped, sent_at = row is not None, row[0] if row else None
+    else:
+        sent_at = db_now()
+        stamped = bool(Asset.objects.filter(pk=lease.pk, fence=lease.fence, lease_owner=lease.owner).update(
+            lease_until=db_in(seconds)) and Medium.objects.filter(pk=medium.pk).update(
+            sent_at=sent_at, sends=F("sends") + 1))
+    if not stamped:
+        raise LostLease(f"asset {lease.pk}: fence {lease.fence} is no longer current")
+    medium.sends += 1
+    medium.sent_at = sent_at  # a lost answer settles from here, in this pass too
 
-        def record() -> None:
-            Medium.objects.filter(pk=medium.pk).update(state=MediaState.SENDING, sent_at=now)
 
-        _fenced(ctx, record, archive)
-        medium.state, medium.sent_at = MediaState.SENDING, now
-        return _send(ctx, medium, action, body)
-    if medium.state == MediaState.SENDING:
-        verdict = settle(sent_at=medium.sent_at, settle_seconds=settings.DECOMMISSION_SETTLE_SECONDS,
-                         reconcile=_reconcile(ctx, medium))
-        if verdict == Verdict.WAIT:
+def _record(ctx: Ctx, media: list[Medium], archives: list[dict] | None = None) -> None:
+    """Fenced: these media are about to be sent, with the readings taken before (their ``baseline``)."""
+    for medium in media:
+        medium.state, medium.unknown_checks = MediaState.SENDING, 0
+
+    def record() -> None:
+        Medium.objects.bulk_update(media, ["state", "baseline", "unknown_checks"])  # JSON: not fleet.bulk
+        Medium.objects.filter(pk__in=[m.pk for m in media]).update(sent_at=Now())
+    _fenced(ctx, record, archives)
+
+
+def _action(medium: Medium) -> tuple[str, dict]:
+    if medium.media_type == MediaType.BMC_FLASH and medium.baseline.get("phase") != "reset":
+        return CLEAR_LOG
+    return ACTIONS[medium.media_type]
+
+
+def _send(ctx: Ctx, medium: Medium) -> str:
+    action, body = _action(medium)
+    _stamp(ctx, medium)
+    try:
+        response = ctx.session.post(f"{medium.target_uri}{action}", body)
+    except BmcError as exc:
+        if exc.kind == ErrorKind.AMBIGUOUS:  # stays ``sending``: reconciled after the settle period
             ctx.wait_seconds = settings.DECOMMISSION_SETTLE_SECONDS
             return WAIT
-        if verdict == Verdict.ABSENT:
+        if exc.kind == ErrorKind.INFRA:  # not processed (refused, 5xx, 401): pending again; the pass counts it
             Medium.objects.filter(pk=medium.pk).update(state=MediaState.PENDING, sent_at=None)
             medium.state = MediaState.PENDING
-            return _redfish_step(ctx, medium)
-        if verdict == Verdict.INCONCLUSIVE:
-            _write_outcomes(ctx)
-            medium_stop(medium=medium, actor=WORKER,
-                        reason="the send was ambiguous and the BMC cannot show whether it landed: a person decides")
-            return STOP
+            raise
+        raise Held(f"the BMC refused {action.rsplit('/', 1)[1]} on {medium}: a person decides",
+                   {"medium": medium.pk, "status": exc.status, "error": str(exc)[:300],
+                    "message_ids": exc.message_ids}) from exc
+    return _answered(ctx, medium, action, response.task_location, f"HTTP {response.status}")
+
+
+def _answered(ctx: Ctx, medium: Medium, action: str, task_uri: str, how: str) -> str:
+    """The action landed (answered, or adopted from the device): a task to poll, the BMC's next phase, or done."""
+    if task_uri:  # written with the pass's outcomes: if lost, ``sending`` is reconciled
+        medium.state, medium.task_uri = MediaState.RUNNING, task_uri
+        ctx.running.append(medium)
+        return _poll(ctx, medium)
+    if medium.media_type == MediaType.BMC_FLASH and medium.baseline.get("phase") != "reset":
+        medium.baseline = {"phase": "reset", "cleared": how}  # the log is cleared: the reset to defaults follows
+        Medium.objects.filter(pk=medium.pk).update(state=MediaState.PENDING, baseline=medium.baseline, sent_at=None)
+        medium.state = MediaState.PENDING
+        return _step(ctx, medium)
+    ctx.done(medium, MediaState.SANITIZED, tool="redfish", tool_version="1.17",
+             command=f"POST {medium.target_uri}{action}", output=how,
+             reason=f"{action.rsplit('/', 1)[1]} {how}", detail={"baseline": medium.baseline})
+    return DONE
+
+
+def _pending(ctx: Ctx, medium: Medium) -> str:
+    """Read the device, record, send."""
+    archives: list[dict] = []
+    entries = None
+    clearing = medium.media_type == MediaType.HMC_FLASH or (
+        medium.media_type == MediaType.BMC_FLASH and medium.baseline.get("phase") != "reset")
+    if clearing:
+        archive, entries = _archive_logs(ctx, medium)
+        archives = [] if medium.pk in ctx.archived and medium.media_type == MediaType.HMC_FLASH else [archive]
+    medium.baseline = reconcile.baseline(ctx.session, medium, system=ctx.system, entries=entries)
+    if medium.media_type == MediaType.BMC_FLASH and medium.baseline.get("phase") == "reset":
+        ctx.asset_fields["boot_grace_until"] = db_in(boot_grace())  # written with the record, before the send
+    _record(ctx, [medium], archives)
+    return _send(ctx, medium)
+
+
+def _unknown(ctx: Ctx, medium: Medium, evidence: dict) -> str:
+    """UNKNOWN: once a longer settle and a second reading; then the asset is held for a person."""
+    if medium.unknown_checks == 0:
+        Medium.objects.filter(pk=medium.pk).update(unknown_checks=1)
+        medium.unknown_checks = 1
         with transaction.atomic():
             event_append(request=ctx.asset.request, medium=medium, step=f"{medium.media_type}.reconcile",
-                         tool="redfish", result="adopted", actor=WORKER, detail={"task": medium.task_uri})
-        if not medium.task_uri:  # a synchronous action (ClearLog, ResetBios, ResetToDefaults) that landed
-            ctx.done(medium, MediaState.SANITIZED, tool="redfish", tool_version="1.17",
-                     reason=f"{action.rsplit('/', 1)[1]} landed (reconciled from the BMC after a lost answer)")
-            return DONE
-        Medium.objects.filter(pk=medium.pk).update(state=MediaState.RUNNING, task_uri=medium.task_uri)
-        medium.state = MediaState.RUNNING
+                         tool="redfish", result="unknown", actor=WORKER, detail=evidence)
+        ctx.wait_seconds = unknown_settle()
+        return WAIT
+    raise Held(f"{medium}: the BMC's standard evidence cannot show whether {_action(medium)[0].rsplit('/', 1)[1]} "
+               f"landed; never resent on a guess: a person decides", {"medium": medium.pk, **evidence})
+
+
+def _sending(ctx: Ctx, medium: Medium) -> str:
+    seconds = settings.DECOMMISSION_SETTLE_SECONDS if medium.unknown_checks == 0 else unknown_settle()
+    found: dict[str, reconcile.Look] = {}
+
+    def trace() -> Trace:
+        found["look"] = reconcile.look(ctx.session, medium, system=ctx.system)
+        return found["look"].trace
+
+    verdict = settle(sent_at=medium.sent_at, settle_seconds=seconds, reconcile=trace, now=db_now())
+    if verdict == Verdict.WAIT:
+        ctx.wait_seconds = seconds
+        return WAIT
+    look = found["look"]
+    if verdict == Verdict.INCONCLUSIVE:
+        return _unknown(ctx, medium, look.evidence)
+    with transaction.atomic():
+        event_append(request=ctx.asset.request, medium=medium, step=f"{medium.media_type}.reconcile",
+                     tool="redfish", result="adopted" if verdict == Verdict.FOUND else "absent", actor=WORKER,
+                     detail={**look.evidence, "task": look.task_uri})
+    if verdict == Verdict.ABSENT:
+        if medium.sends >= max_sends():
+            raise Held(f"{medium}: sent {medium.sends} times and the BMC shows none landed: a person decides",
+                       {"medium": medium.pk, **look.evidence})
+        Medium.objects.filter(pk=medium.pk).update(state=MediaState.PENDING, sent_at=None)
+        medium.state = MediaState.PENDING
+        return _pending(ctx, medium)
+    return _answered(ctx, medium, _action(medium)[0], look.task_uri, "landed (reconciled from the BMC's standard "
+                     "evidence after a lost answer)")
+
+
+def _poll(ctx: Ctx, medium: Medium) -> str:
+    try:
+        task = ctx.session.get(medium.task_uri)
+    except BmcError as exc:
+        if exc.kind != ErrorKind.DEFINITE or exc.status != 404:
+            raise
+        return _purged(ctx, medium)
+    state = task.get("TaskState", "")
+    if state in RUNNING_TASK:
+        ctx.wait_seconds = settings.DECOMMISSION_POLL_SECONDS
+        return WAIT
+    messages = [str(m.get("MessageId", "")) for m in task.get("Messages") or []]
+    ok = state == "Completed" and task.get("TaskStatus", "OK") == "OK"
+    if not ok and reconcile.ABORTED in messages:
+        return _aborted(ctx, medium, {"task": medium.task_uri, "state": state, "messages": messages})
+    return _ended(ctx, medium, ok, f"GET {medium.task_uri}", str(task), f"task {state} ({task.get('TaskStatus')})")
+
+
+def _ended(ctx: Ctx, medium: Medium, ok: bool, command: str, output: str, reason: str) -> str:
+    ctx.done(medium, MediaState.SANITIZED if ok else MediaState.FAILED, tool="redfish", tool_version="1.17",
+             command=command, output=output, reason=reason, device_failure=not ok)
+    return DONE if ok else STOP
+
+
+def _aborted(ctx: Ctx, medium: Medium, evidence: dict) -> str:
+    """A task the BMC aborted (its reboot): not the device's verdict; sent again, within the send bound."""
+    if medium.sends >= max_sends():
+        raise Held(f"{medium}: its task was aborted {medium.sends} times: a person decides",
+                   {"medium": medium.pk, **evidence})
+    with transaction.atomic():
+        event_append(request=ctx.asset.request, medium=medium, step=f"{medium.media_type}.task", tool="redfish",
+                     result="aborted", actor=WORKER, detail=evidence)
+    Medium.objects.filter(pk=medium.pk).update(state=MediaState.PENDING, sent_at=None, task_uri="")
+    medium.state, medium.task_uri = MediaState.PENDING, ""
+    ctx.wait_seconds = RETRY.delay(1)
+    return WAIT
+
+
+def _purged(ctx: Ctx, medium: Medium) -> str:
+    """The task monitor answers 404: the BMC purged the finished task. Its end comes from the event log."""
+    kind, evidence = reconcile.task_outcome(ctx.session, medium, ctx.system, medium.task_uri)
+    if kind == "unknown":
+        return _unknown(ctx, medium, evidence)
+    if kind == "aborted":
+        return _aborted(ctx, medium, evidence)
+    return _ended(ctx, medium, kind == "ok", f"GET {medium.task_uri} (404: purged) + event log", str(evidence),
+                  f"task {'completed' if kind == 'ok' else 'failed on the device'} (event log {evidence['event']})")
+
+
+def _step(ctx: Ctx, medium: Medium) -> str:
+    if medium.state == MediaState.PENDING:
+        return _pending(ctx, medium)
+    if medium.state == MediaState.SENDING:
+        return _sending(ctx, medium)
     if medium.state == MediaState.RUNNING:
         return _poll(ctx, medium)
     return DONE
 
 
-def _send(ctx: Ctx, medium: Medium, action: str, body: dict) -> str:
-    try:
-        response = ctx.session.post(f"{medium.target_uri}{action}", body)
-    except BmcError as exc:
-        if exc.kind == ErrorKind.AMBIGUOUS:  # stays ``sending``: reconcile after the settle period
-            ctx.wait_seconds = settings.DECOMMISSION_SETTLE_SECONDS
-            return WAIT
-        if exc.kind == ErrorKind.INFRA:  # not processed: a transient error, retried with backoff
-            Medium.objects.filter(pk=medium.pk).update(state=MediaState.PENDING, sent_at=None,
-                                                       attempts=medium.attempts + 1)
-            ctx.wait_seconds = RETRY.delay(medium.attempts + 1)
-            with transaction.atomic():
-                event_append(request=ctx.asset.request, medium=medium, step=f"{medium.media_type}.send",
-                             tool="redfish", result="transient", actor=WORKER, detail={"error": str(exc)[:300]})
-            return WAIT
-        ctx.done(medium, MediaState.FAILED, tool="redfish", command=f"POST {medium.target_uri}{action}",
-                 output=str(exc), reason=str(exc)[:300], device_failure=True)
-        return STOP
-    if medium.media_type == MediaType.BMC_FLASH:
-        ctx.session.expect_reboot()
-    if response.task_location:  # written with the pass's outcomes: if lost, ``sending`` is reconciled
-        medium.state, medium.task_uri = MediaState.RUNNING, response.task_location
-        ctx.running.append(medium)
-        return _poll(ctx, medium)
-    ctx.done(medium, MediaState.SANITIZED, tool="redfish", tool_version="1.17",
-             command=f"POST {medium.target_uri}{action}", output=f"HTTP {response.status}",
-             reason=f"{action.rsplit('/', 1)[1]} accepted (HTTP {response.status})")
-    return DONE
-
-
-def _poll(ctx: Ctx, medium: Medium) -> str:
-    task = ctx.session.get(medium.task_uri)
-    state = task.get("TaskState", "")
-    if state in ("New", "Running", "Pending", "Starting", "Stopping", "Suspended", "Service"):
-        ctx.wait_seconds = settings.DECOMMISSION_POLL_SECONDS
-        return WAIT
-    ok = state == "Completed" and task.get("TaskStatus", "OK") == "OK"
-    ctx.done(medium, MediaState.SANITIZED if ok else MediaState.FAILED, tool="redfish", tool_version="1.17",
-             command=f"GET {medium.task_uri}", output=str(task), reason=f"task {state} ({task.get('TaskStatus')})",
-             device_failure=not ok)
-    return DONE if ok else STOP
-
-
 def _power_off_and_volatile(ctx: Ctx, media: list[Medium]) -> str:
-    """GPU HBM is volatile: after the agent's reset, the system is powered off; that time is the evidence."""
+    """GPU HBM is volatile: after the agent's reset, the system is powered off (PowerState Off is the evidence).
+    The ForceOff is recorded before it is sent, and sent again only when the system is still On after the
+    settle period (at most ``DECOMMISSION_MAX_SENDS`` in all)."""
     asset = ctx.asset
     if asset.powered_off_at is None:
-        _fenced(ctx)
-        ctx.session.post("/redfish/v1/Systems/1/Actions/ComputerSystem.Reset", {"ResetType": "ForceOff"})
-        system = ctx.session.get("/redfish/v1/Systems/1")
-        if system.get("PowerState") not in ("Off", None):
-            ctx.wait_seconds = settings.DECOMMISSION_POLL_SECONDS
-            return WAIT
-        asset.powered_off_at = ctx.asset_fields["powered_off_at"] = timezone.now()  # written with the outcomes
+        system = ctx.session.get(ctx.system)
+        power = system.get("PowerState")
+        if power != "Off":
+            if asset.power_off_sent_at is not None:
+                if power == "PoweringOff" or db_now() < asset.power_off_sent_at + dt.timedelta(
+                        seconds=settings.DECOMMISSION_SETTLE_SECONDS):
+                    ctx.wait_seconds = settings.DECOMMISSION_POLL_SECONDS
+                    return WAIT
+                if asset.power_off_sends >= max_sends():
+                    raise Held(f"ForceOff sent {asset.power_off_sends} times; the system still reports "
+                               f"PowerState {power}: a person decides", {"power_state": power})
+            _fenced(ctx, lambda: Asset.objects.filter(pk=asset.pk).update(
+                power_off_sent_at=Now(), power_off_sends=F("power_off_sends") + 1))
+            asset.power_off_sent_at, asset.power_off_sends = db_now(), asset.power_off_sends + 1
+            try:
+                ctx.session.post(f"{ctx.system}/Actions/ComputerSystem.Reset", {"ResetType": "ForceOff"})
+            except BmcError as exc:
+                if exc.kind == ErrorKind.AMBIGUOUS:
+                    ctx.wait_seconds = settings.DECOMMISSION_SETTLE_SECONDS
+                    return WAIT
+                if exc.kind == ErrorKind.INFRA:  # not processed: the record is withdrawn, the pass counts it
+                    Asset.objects.filter(pk=asset.pk).update(power_off_sent_at=None)
+                    raise
+                raise Held("the BMC refused ForceOff: a person decides",
+                           {"status": exc.status, "error": str(exc)[:300]}) from exc
+            if ctx.session.get(ctx.system).get("PowerState") != "Off":
+                ctx.wait_seconds = settings.DECOMMISSION_POLL_SECONDS
+                return WAIT
+        asset.powered_off_at = db_now()
+        ctx.asset_fields["powered_off_at"] = asset.powered_off_at  # written with the outcomes
     for medium in [m for m in media if m.media_type == MediaType.GPU_HBM and m.state == MediaState.PENDING]:
         ctx.done(medium, MediaState.SANITIZED, tool="redfish+nvidia-smi",
-                 reason=f"no compute contexts, GPU reset, power removed at {asset.powered_off_at.isoformat()}",
+                 reason=f"no compute contexts, GPU reset, PowerState Off at {asset.powered_off_at.isoformat()}",
                  detail={"powered_off_at": asset.powered_off_at.isoformat()})
     return DONE
 
 
 PLAN = (MediaType.HMC_FLASH, MediaType.UEFI_NVRAM, MediaType.NVME, MediaType.DPU, "agent", MediaType.GPU_INFOROM,
         MediaType.GPU_HBM, MediaType.BMC_FLASH)
-
-
 FIRST = (MediaType.HMC_FLASH, MediaType.UEFI_NVRAM, MediaType.NVME, MediaType.DPU)
 
 
 def _first_batch(ctx: Ctx, by_type: dict[str, list[Medium]]) -> None:
-    """The independent BMC actions of a server in one go: archive both managers' logs, record every action as
-    about to be sent in ONE fenced transaction, clear the BMC's log, then send each (a crash in between leaves
-    the unsent ones ``sending``: reconciled from the device, sent only if it shows they did not land)."""
+    """The independent BMC actions of a server in one go: read what each is reconciled against (the HMC's log,
+    archived; the BIOS attributes; the event log), record them all as about to be sent in ONE fenced
+    transaction, then send each, its send time stamped just before it (a crash in between leaves the unsent
+    ones ``sending``: reconciled from the device, sent again only if it proves they did not land)."""
     first = [m for t in FIRST for m in by_type.get(t, []) if m.state == MediaState.PENDING and m.target_uri]
-    ctx.archived = archived = set(EvidenceEvent.objects.filter(asset=ctx.asset, step="logs.archive").values_list(
-        "medium_id", flat=True))
-    bmc = [m for m in by_type.get(MediaType.BMC_FLASH, []) if m.state == MediaState.PENDING and m.pk not in archived]
-    logs = [m for m in first if m.media_type == MediaType.HMC_FLASH and m.pk not in archived] + bmc
-    if not first and not bmc:
+    if not first:
         return
-    archives = [_archive_logs(ctx, m, m.target_uri) for m in logs]
-    now = timezone.now()
-    _fenced(ctx, lambda: Medium.objects.filter(pk__in=[m.pk for m in first]).update(
-        state=MediaState.SENDING, sent_at=now), archives)
-    for medium in bmc:  # the BMC's own log is cleared now; its reset to defaults comes last
-        ctx.session.post(f"{medium.target_uri}/LogServices/Log/Actions/LogService.ClearLog", {})
+    ctx.archived = set(EvidenceEvent.objects.filter(asset=ctx.asset, step="logs.archive").values_list(
+        "medium_id", flat=True))
+    archives = []
+    events = reconcile.events_reading(ctx.session, ctx.system) if any(
+        m.media_type in reconcile.TASK_MEDIA for m in first) else None
     for medium in first:
-        medium.state, medium.sent_at = MediaState.SENDING, now
-        _send(ctx, medium, *ACTIONS[medium.media_type])
+        entries = None
+        if medium.media_type == MediaType.HMC_FLASH:
+            archive, entries = _archive_logs(ctx, medium)
+            if medium.pk not in ctx.archived:
+                archives.append(archive)
+        medium.baseline = reconcile.baseline(ctx.session, medium, system=ctx.system, events=events, entries=entries)
+    _record(ctx, first, archives)
+    for index, medium in enumerate(first):
+        try:
+            _send(ctx, medium)
+        except (BmcError, Held):  # the ones after it were not sent: pending again, not "ambiguous"
+            Medium.objects.filter(pk__in=[m.pk for m in first[index + 1:]]).update(
+                state=MediaState.PENDING, sent_at=None)
+            raise
 
 
 def asset_run(ctx: Ctx) -> str:
     """Run ``ctx.asset``'s next steps until one must wait or everything is done."""
+    if asset_wait(ctx):  # h19: no wipe step before the scheduler's node is drained and idle
+        return WAIT
+    if not ctx.asset.system_uri:
+        ctx.asset.system_uri = ctx.asset_fields["system_uri"] = reconcile.system_uri(ctx.session)
     media = list(Medium.objects.filter(asset=ctx.asset).order_by("id"))
     by_type: dict[str, list[Medium]] = {}
     for medium in media:
@@ -321,43 +495,79 @@ def asset_run(ctx: Ctx) -> str:
                 continue
             if medium.state == MediaState.FAILED:
                 return STOP
-            outcome = _redfish_step(ctx, medium)
+            outcome = _step(ctx, medium)
             if outcome != DONE:
                 return outcome
     return DONE
 
 
+def asset_hold(asset: Asset, *, reason: str, evidence: dict[str, Any], lease: Lease | None = None) -> None:
+    """Hold ``asset`` for a person: not run again until released; the reason and the evidence are recorded."""
+    with transaction.atomic():
+        Asset.objects.select_for_update(no_key=True).filter(pk=asset.pk).values_list("pk").get()
+        Asset.objects.filter(pk=asset.pk).update(hold_reason=reason[:300], hold_evidence=evidence, held_at=Now(),
+                                                 next_run_at=None)
+        event_append(request=asset.request, asset=asset, step="asset.hold", result="needs a person", actor=WORKER,
+                     detail={"reason": reason, **evidence})
+    logger.warning("decommission: %s held: %s", asset, reason)
+
+
+def _error(ctx: Ctx, exc: BmcError) -> tuple[str, float]:
+    """A pass that ended in a BMC error: inside the recorded boot grace it is the reboot (waited, not counted);
+    else it counts, and past the bound the asset is held with the error."""
+    asset, now = ctx.asset, db_now()
+    evidence = {"error": str(exc)[:300], "kind": str(exc.kind), "status": exc.status, "path": exc.path}
+    if asset.boot_grace_until is not None and now < asset.boot_grace_until:
+        return WAIT, min(RETRY.delay(2), max(1.0, (asset.boot_grace_until - now).total_seconds()))
+    errors = asset.errors + 1
+    Asset.objects.filter(pk=asset.pk).update(errors=errors)
+    if errors >= max_errors():
+        raise Held(f"the BMC failed {errors} passes in a row: {str(exc)[:200]}", evidence) from exc
+    return WAIT, max(RETRY.delay(errors), float(exc.retry_after or 0))
+
+
 def run_due(*, limit: int | None = None) -> int:
     """Lease due assets of sanitizing requests and run them until the time budget is spent; returns how many ran."""
     budget = TimeBudget.for_task()
-    due = Asset.objects.filter(state=AssetState.SANITIZING, request__state=RequestState.SANITIZING)
+    due = Asset.objects.filter(state=AssetState.SANITIZING, request__state=RequestState.SANITIZING, hold_reason="")
     ran = 0
     for lease in lease_due(due, limit=limit or settings.DECOMMISSION_CHUNK,
-                           seconds=settings.DECOMMISSION_LEASE_SECONDS):
+                           seconds=settings.DECOMMISSION_LEASE_SECONDS, now=db_now()):
         asset = Asset.objects.select_related("request", "server").get(pk=lease.pk)
         if asset.server_id is None:  # a loose board: already out of power; its InfoROM is recorded
             loose_gpu_finish(asset)
             lease_release(lease, next_run_at=None)
             continue
         if budget.expired():
-            lease_release(lease, next_run_at=timezone.now())
+            lease_release(lease, next_run_at=db_now())
             continue
         ctx = Ctx(lease, asset, session_for(asset.server.bmc_address), budget)
+        grace = (asset.boot_grace_until - db_now()).total_seconds() if asset.boot_grace_until else 0.0
+        ctx.session.expect_reboot(max(0.0, grace))  # the grace is the database's, not this process's memory
+        held: Held | None = None
         try:
-            outcome = asset_run(ctx)
+            try:
+                outcome = asset_run(ctx)
+                if asset.errors:
+                    ctx.asset_fields["errors"] = 0
+            except BmcError as exc:
+                logger.info("decommission: %s: %s", asset, exc)
+                outcome, ctx.wait_seconds = _error(ctx, exc)
         except LostLease:
             continue  # another worker owns it now: it sends, not us (its outcomes so far are reconciled)
-        except BmcError as exc:  # the BMC is unreachable or rebooting: come back later
-            logger.info("decommission: %s: %s", asset, exc)
-            outcome, ctx.wait_seconds = WAIT, RETRY.delay(1)
+        except Held as exc:
+            held, outcome = exc, HOLD
         _write_outcomes(ctx)  # the outcomes of this pass
         ran += 1
-        if outcome == WAIT:
-            lease_release(lease, next_run_at=timezone.now() + dt.timedelta(seconds=ctx.wait_seconds))
+        if held is not None:
+            asset_hold(asset, reason=held.reason, evidence=held.evidence)
+            lease_release(lease)
+        elif outcome == WAIT:
+            lease_release(lease, next_run_at=db_now() + dt.timedelta(seconds=ctx.wait_seconds))
             if ctx.waits_for_agent and agent_media_done(asset):  # the upload landed while we held the lease
-                Asset.objects.filter(pk=asset.pk, lease_owner="").update(next_run_at=timezone.now())
+                Asset.objects.filter(pk=asset.pk, lease_owner="").update(next_run_at=Now())
         elif outcome == STOP:  # a device failure: the medium is pending again (or escalated); back off
-            lease_release(lease, next_run_at=timezone.now() + dt.timedelta(seconds=RETRY.delay(2)))
+            lease_release(lease, next_run_at=db_now() + dt.timedelta(seconds=RETRY.delay(2)))
         else:
             lease_release(lease, next_run_at=None)
     return ran

@@ -31,6 +31,13 @@ class SanitizeStatus:
     global_erased: bool | None
     prgd: bool | None
     notices: list[str] = field(default_factory=list)
+    passes: int | None = None  # sstat "no_cmplted_passes": completed passes of the most recent sanitize
+    cdw10: int | None = None  # the most recent sanitize command's CDW10 (its action), as the drive reports it
+
+    def reading(self) -> dict[str, Any]:
+        """What identifies this log's most recent sanitize, to compare a reading before the run with one after."""
+        return {"sstat": self.sstat, "sprog": self.sprog, "global_erased": self.global_erased,
+                "passes": self.passes, "cdw10": self.cdw10}
 
     @property
     def done(self) -> bool:
@@ -73,9 +80,33 @@ def parse_sanitize_log(raw: str) -> SanitizeStatus:
              "time_crypto_erase_no_dealloc"}
     notices = [f"unknown field {k!r} ignored" for k in body if k not in known]
     prgd = sstat.get("prgd")
+    passes = sstat.get("no_cmplted_passes")
+    cdw10 = body.get("cdw10_info")
     return SanitizeStatus(device=device, sstat=_status_number(sstat), sprog=int(body.get("sprog", 0)),
                           global_erased=bool(sstat["global_erased"]) if "global_erased" in sstat else None,
-                          prgd=bool(prgd) if prgd is not None else None, notices=notices)
+                          prgd=bool(prgd) if prgd is not None else None, notices=notices,
+                          passes=int(passes) if isinstance(passes, int) else None,
+                          cdw10=int(cdw10) if isinstance(cdw10, int) else None)
+
+
+def this_run(before: SanitizeStatus | None, progress: SanitizeStatus | None,
+             after: SanitizeStatus) -> tuple[bool, str]:
+    """Does the log read after the run describe a sanitize of THIS run (not an earlier one)? The agent reads
+    the log before it starts the sanitize (after its token was issued: the token fetched the script), once
+    right after starting it, and when it is over. Proven when the drive was seen sanitizing during the run
+    (SSTAT 2, SPROG below 65535), or the log changed between the reading before and the one after (status,
+    progress, global-data-erased, completed passes or the command's CDW10). Identical readings prove nothing:
+    the log may describe a sanitize from before this run."""
+    if progress is not None and progress.running and progress.sprog < 65535:
+        return True, f"seen in progress during this run (SPROG {progress.sprog}/65535)"
+    if before is None:
+        return False, "no sanitize-log reading before the run: the log may describe an earlier sanitize"
+    changed = sorted(k for k, v in after.reading().items() if before.reading()[k] != v)
+    if changed:
+        return True, "the log changed since the reading before the run (" + ", ".join(
+            f"{k} {before.reading()[k]} -> {after.reading()[k]}" for k in changed) + ")"
+    return False, (f"the sanitize log is the same before and after the run ({after.reading()}): not proven to be "
+                   "this run's sanitize")
 
 
 def parse_id_ctrl(raw: str) -> dict[str, Any]:

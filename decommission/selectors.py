@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from django.db.models import Count, Q, QuerySet
+from django.db.models import Count, F, Q, QuerySet
 
 from decommission.models import (
     Asset,
@@ -42,7 +42,7 @@ def asset_progress(*, request: DecommissionRequest) -> QuerySet[Asset]:
     return Asset.objects.filter(request=request).select_related("server", "gpu").annotate(
         media_total=Count("media"), media_done=Count("media", filter=Q(media__state__in=DONE)),
         media_failed=Count("media", filter=Q(media__state__in=(MediaState.FAILED, MediaState.ESCALATED))),
-    ).order_by("label", "id")
+    ).order_by(F("held_at").desc(nulls_last=True), "label", "id")  # held for a person: first
 
 
 def media_for(*, request: DecommissionRequest) -> QuerySet[Medium]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from celery import shared_task
 from django.conf import settings
 from django.db.models import Q
-from django.utils import timezone
+from django.db.models.functions import Now
 
 from decommission.executor import run_due
 from decommission.inventory_run import inventory_collect
@@ -23,8 +23,9 @@ MAX_RUNS_PER_TICK = 64
 def tick_task() -> int:
     """Beat (every 10 s) and every start/resume: send enough run messages for the assets due now (one waiting
     for its host agent or a poll is not: no empty runs, each of which costs the worker a database connection)."""
-    now = timezone.now()
-    due = Asset.objects.filter(state=AssetState.SANITIZING, request__state=RequestState.SANITIZING).filter(
+    now = Now()  # the database's clock, as the leases'
+    due = Asset.objects.filter(state=AssetState.SANITIZING, request__state=RequestState.SANITIZING,
+                               hold_reason="").filter(
         Q(next_run_at__isnull=True) | Q(next_run_at__lte=now)).filter(
         Q(lease_until__isnull=True) | Q(lease_until__lt=now)).count()
     runs = min(MAX_RUNS_PER_TICK, -(-due // settings.DECOMMISSION_CHUNK))

@@ -11,6 +11,8 @@ urlpatterns = [
     path("decommission/new/", views.request_new, name="request-new"),
     path("decommission/<int:pk>/", views.request_detail, name="request-detail"),
     path("decommission/<int:pk>/action/<str:name>/", views.request_action, name="request-action"),
+    path("decommission/<int:pk>/assets/<int:asset_pk>/agent-token/", views.agent_token_new, name="agent-token"),
+    path("decommission/agent/script/source/", views.agent_script_source, name="agent-script-source"),
     path("decommission/<int:pk>/custody/", views.custody_add, name="custody-add"),
     path("decommission/<int:pk>/certificates/", views.certificate_list, name="certificate-list"),
     path("decommission/certificates/<uuid:cert_id>/download/", views.certificate_download,

@@ -35,6 +35,8 @@ class DecommissionRequestSerializer(serializers.ModelSerializer):
     operator = DecomUserRef(read_only=True, allow_null=True)
     validated_by = DecomUserRef(read_only=True, allow_null=True)
     actions = serializers.SerializerMethodField(help_text="Actions the request's state allows now")
+    outcome = serializers.ChoiceField(choices=Outcome.choices, allow_blank=True, read_only=True,
+                                      help_text="Set when disposed; empty before")
 
     class Meta:
         model = DecommissionRequest
@@ -119,8 +121,15 @@ class DecommissionAssetSerializer(serializers.ModelSerializer):
     class Meta:
         model = Asset
         fields = ["id", "label", "server", "gpu", "state", "media_total", "media_done", "media_failed",
-                  "powered_off_at", "next_run_at"]
+                  "powered_off_at", "next_run_at", "errors", "hold_reason", "hold_evidence", "held_at"]
         read_only_fields = fields
+
+
+class AssetResumeSerializer(serializers.Serializer):
+    decision = serializers.ChoiceField(choices=["reconcile", "landed", "not_landed"],
+                                       help_text="reconcile: read the device again; landed / not_landed: what you "
+                                                 "verified on the device")
+    note = serializers.CharField(max_length=300, required=False, allow_blank=True, default="")
 
 
 class MediumSerializer(serializers.ModelSerializer):

@@ -194,19 +194,19 @@ class RequestViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.
         transfer = services.custody_record(request=self.get_object(), actor=request.user, **data.validated_data)
         return Response(s.CustodyTransferSerializer(transfer).data, status=status.HTTP_201_CREATED)
 
-    @extend_schema(responses=s.DecommissionAssetSerializer(many=True))
-    @action(detail=True, methods=["get"])
+    @extend_schema(responses=s.DecommissionAssetSerializer(many=True), filters=False)  # a plain list
+    @action(detail=True, methods=["get"], pagination_class=None)
     def progress(self, request: Request, pk: str | None = None) -> Response:
         """Each server (or loose GPU) with its media counts: total, done, failed."""
         return Response(s.DecommissionAssetSerializer(selectors.asset_progress(request=self.get_object()), many=True).data)
 
-    @extend_schema(responses=s.MediumSerializer(many=True))
-    @action(detail=True, methods=["get"])
+    @extend_schema(responses=s.MediumSerializer(many=True), filters=False)  # a plain list
+    @action(detail=True, methods=["get"], pagination_class=None)
     def media(self, request: Request, pk: str | None = None) -> Response:
         return Response(s.MediumSerializer(selectors.media_for(request=self.get_object()), many=True).data)
 
-    @extend_schema(responses=s.CustodyTransferSerializer(many=True))
-    @action(detail=True, methods=["get"], url_path="custody-log")
+    @extend_schema(responses=s.CustodyTransferSerializer(many=True), filters=False)  # a plain list
+    @action(detail=True, methods=["get"], url_path="custody-log", pagination_class=None)
     def custody_log(self, request: Request, pk: str | None = None) -> Response:
         return Response(s.CustodyTransferSerializer(selectors.custody_for(request=self.get_object()), many=True).data)
 
@@ -309,7 +309,17 @@ class KeysView(APIView):
 class AssetTokenViewSet(viewsets.GenericViewSet):
     schema = FleetAutoSchema()
     queryset = Asset.objects.select_related("request", "server")
-    required_roles = {"agent_token": OPERATOR}
+    required_roles = {"agent_token": OPERATOR, "resume": APPROVER}
+
+    @extend_schema(request=s.AssetResumeSerializer, responses={200: s.DecommissionAssetSerializer})
+    @action(detail=True, methods=["post"])
+    def resume(self, request: Request, pk: str | None = None) -> Response:
+        """A person's decision on an asset the workers held for one (its hold_reason and hold_evidence)."""
+        data = s.AssetResumeSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        asset = services.asset_resume(asset=self.get_object(), actor=request.user, **data.validated_data)
+        row = selectors.asset_progress(request=asset.request).get(pk=asset.pk)
+        return Response(s.DecommissionAssetSerializer(row).data)
 
     @extend_schema(request=None, responses={201: s.AgentTokenSerializer})
     @action(detail=True, methods=["post"], url_path="agent-token")

@@ -157,6 +157,17 @@ class Asset(models.Model):
     attempts = models.PositiveIntegerField(default=0)
     next_run_at = models.DateTimeField(null=True, blank=True, db_index=True)
     powered_off_at = models.DateTimeField(null=True, blank=True)
+    # Standard-evidence execution (docs/decommission.md, "Crash safety"): the system discovered from the BMC's
+    # Systems collection, the ForceOff recorded before it is sent, the bounded count of consecutive errors, the
+    # boot grace after a reset (on the database's clock), and a hold for a person with the evidence.
+    system_uri = models.CharField(max_length=300, blank=True)
+    power_off_sent_at = models.DateTimeField(null=True, blank=True, help_text="ForceOff recorded, before sending")
+    power_off_sends = models.PositiveSmallIntegerField(default=0)
+    errors = models.PositiveSmallIntegerField(default=0, help_text="Consecutive passes that ended in a BMC error")
+    boot_grace_until = models.DateTimeField(null=True, blank=True, help_text="The BMC reboots until then")
+    hold_reason = models.CharField(max_length=300, blank=True, help_text="Set: a person must decide; not run")
+    hold_evidence = models.JSONField(default=dict, blank=True)
+    held_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["request", "label", "id"]
@@ -214,7 +225,11 @@ class Medium(models.Model):
     attempts = models.PositiveSmallIntegerField(default=0)
     device_failures = models.PositiveSmallIntegerField(default=0)
     task_uri = models.CharField(max_length=300, blank=True)
-    sent_at = models.DateTimeField(null=True, blank=True, help_text="When the step was recorded as about to send")
+    sent_at = models.DateTimeField(null=True, blank=True, help_text="Stamped (database clock) just before the send")
+    sends = models.PositiveSmallIntegerField(default=0, help_text="Requests sent for this step (bounded)")
+    baseline = models.JSONField(default=dict, blank=True,
+                                help_text="The device's reading before the send: what reconciliation compares with")
+    unknown_checks = models.PositiveSmallIntegerField(default=0)
     detail = models.CharField(max_length=300, blank=True)
     done_at = models.DateTimeField(null=True, blank=True)
 

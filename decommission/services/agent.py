@@ -28,7 +28,14 @@ from decommission.models import (
     Medium,
     RequestState,
 )
-from decommission.parsers import ParseError, nvme_verdict, parse_id_ctrl, parse_sanitize_log
+from decommission.parsers import (
+    ParseError,
+    SanitizeStatus,
+    nvme_verdict,
+    parse_id_ctrl,
+    parse_sanitize_log,
+    this_run,
+)
 from decommission.policy import USER_DATA
 from decommission.services.evidence import event_append, events_append_many
 from decommission.services.steps import Outcome, outcomes_write
@@ -131,16 +138,30 @@ class Decision:
     device_failure: bool = False
 
 
+def _reading(item: dict[str, Any] | None) -> SanitizeStatus | None:
+    return parse_sanitize_log(item["output"]) if item is not None else None
+
+
 def _decide_nvme(medium: Medium, by_step: dict[str, dict[str, Any]], purge: bool) -> Decision:
     log = by_step.get("nvme.sanitize-log")
     fmt = by_step.get("nvme.format")
+    command = by_step.get("nvme.sanitize")
     if log is not None:
         try:
-            verdict, reason = nvme_verdict(parse_sanitize_log(log["output"]), purge_required=purge)
+            after = parse_sanitize_log(log["output"])
+            before = _reading(by_step.get("nvme.sanitize-log.before"))
+            progress = _reading(by_step.get("nvme.sanitize-log.progress"))
+            verdict, reason = nvme_verdict(after, purge_required=purge)
         except ParseError as exc:
             return Decision(medium, MediaState.FAILED, f"sanitize-log could not be read: {exc}", log)
         if verdict == "done":
-            return Decision(medium, MediaState.SANITIZED, reason, log)
+            if command is not None and int(command.get("exit_code", 1)) != 0:
+                return Decision(medium, MediaState.FAILED, f"nvme sanitize exit {command.get('exit_code')}: the "
+                                "log's completion is not this run's", command, device_failure=True)
+            proven, why = this_run(before, progress, after)
+            if not proven:  # not the device's failure: the agent runs again with a new token
+                return Decision(medium, MediaState.FAILED, why, log)
+            return Decision(medium, MediaState.SANITIZED, f"{reason}; {why}", log)
         if verdict == "failed" and fmt is None:
             return Decision(medium, MediaState.FAILED, reason, log, device_failure=True)
     if fmt is not None:  # the recorded fallback: nvme format --ses=2 (crypto) or --ses=1 (user data erase)

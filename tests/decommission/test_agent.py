@@ -109,3 +109,27 @@ def test_token_only_while_sanitizing(users):
     r = walk("inventoried", users=users)
     with pytest.raises(ValidationError):
         agent_token_issue(asset=r.assets.get(), actor=users["operator"])
+
+
+@pytest.mark.parametrize(("before", "progress", "proven"), [
+    ("never", False, True),  # never sanitized before the run, completed after: this run's
+    ("same", True, True),  # seen in progress (SSTAT 2, SPROG 1310/65535) right after the start
+    ("same", False, False),  # the same completed log before and after: an earlier sanitize, not proven
+    (None, False, False),  # no reading before the run
+])
+def test_the_agent_proves_the_sanitize_it_reports_is_this_runs(sanitizing, users, before, progress, proven):
+    asset, raw = _issue(sanitizing, users)
+    script = agent_script(raw_token=raw, server=asset.label, upload_url=URL)
+    assert script.index("nvme.sanitize-log.before") < script.index("nvme sanitize \"$dev\"") < script.index(
+        "nvme.sanitize-log.progress")
+    decisions = agent_results_submit(raw_token=raw, server=asset.label, results=agent_results(
+        _nvme_serials(asset), before=before, progress=progress))
+    nvme = [d for d in decisions if d.medium.media_type == "nvme"]
+    assert {d.state for d in nvme} == {MediaState.SANITIZED if proven else MediaState.FAILED}
+    for medium in Medium.objects.filter(asset=asset, media_type="nvme"):
+        if proven:
+            assert medium.state == MediaState.SANITIZED, medium.detail
+            assert ("in progress" if progress else "changed since the reading before") in medium.detail, medium.detail
+        else:  # not a device failure: the medium waits for another run of the agent, with the reason
+            assert (medium.state, medium.device_failures) == (MediaState.PENDING, 0)
+            assert "earlier sanitize" in medium.detail or "not proven" in medium.detail, medium.detail

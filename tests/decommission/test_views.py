@@ -68,11 +68,21 @@ def test_certificates_page_download_and_verify(client, users):
 
 
 def test_list_and_detail_query_counts(client, users, django_assert_max_num_queries):
-    for _ in range(3):
-        walk("inventoried", users=users)
+    walked = [walk("inventoried", users=users) for _ in range(3)]
     c = _login(client, users["viewer"])
     with django_assert_max_num_queries(12):
-        assert c.get("/decommission/").status_code == 200
+        page = c.get("/decommission/")
+    assert page.status_code == 200
+    body = page.content.decode()
+    for r in walked:  # each request's link, state and requester, as the fixture made them
+        assert f'href="/decommission/{r.pk}/"' in body
+    assert body.count('class="badge ds-inventoried"') == 3 and body.count(">operator-user<") == 3
     r = DecommissionRequest.objects.first()
     with django_assert_max_num_queries(20):
-        assert c.get(f"/decommission/{r.pk}/").status_code == 200
+        detail = c.get(f"/decommission/{r.pk}/")
+    assert detail.status_code == 200
+    body = detail.content.decode()
+    assert 'data-state="inventoried"' in body and "end of life" in body
+    assert r.assets.get().label in body  # the asset row
+    for medium in r.media.all():  # every medium the inventory recorded, by serial
+        assert medium.serial in body

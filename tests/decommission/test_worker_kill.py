@@ -14,11 +14,11 @@ from decommission import services
 from decommission.models import MediaState, Medium
 from decommission.services.agent import agent_results_submit, agent_script, agent_token_issue
 from fleet import dispatch
-from world.bmc.testing import SimulatorProcess
 from inventory.services import record_update
 from tests.decommission.decom_factories import server_with_gpus
 from tests.decommission.tool_outputs import agent_results
 from tests.workers import start_worker
+from world.bmc.testing import SimulatorProcess
 
 pytestmark = [pytest.mark.celery, pytest.mark.skipif(not settings.REDIS_URL, reason="needs REDIS_URL")]
 ERASE = "POST /redfish/v1/Systems/1/Storage/1/Drives/0/Actions/Drive.SecureErase"

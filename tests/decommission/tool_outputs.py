@@ -12,7 +12,8 @@ def id_ctrl(serial: str, sanicap: int = 0x3, fna: int = 0x4) -> str:
 
 def sanitize_log_old(device: str = "nvme0", status: int = 1, global_erased: int = 1, sprog: int = 65535) -> str:
     """nvme-cli 2.3/2.4 (Debian 12): the status under "status"."""
-    text = {1: "(1) Most Recent Sanitize Command Completed Successfully.",
+    text = {0: "(0) NVM Subsystem has never been sanitized.",
+            1: "(1) Most Recent Sanitize Command Completed Successfully.",
             2: "(2) Sanitize in Progress.", 3: "(3) Most Recent Sanitize Command Failed."}[status]
     return json.dumps({device: {"sprog": sprog, "sstat": {"global_erased": global_erased, "no_cmplted_passes": 1,
                                                           "status": text},
@@ -37,18 +38,28 @@ def sanitize_log_new(device: str = "nvme0", status: int = 1, prgd: int | None = 
 
 
 def agent_results(serials: list[str], *, nvme_status: int = 1, tpm_rc: int = 0, apps: str = "",
-                  reset_rc: int = 0, old: bool = False) -> list[dict]:
+                  reset_rc: int = 0, old: bool = False, before: str | None = "never",
+                  progress: bool = False) -> list[dict]:
+    """``before``: the sanitize log read before the run - "never" (never sanitized, global data not erased),
+    "same" (identical to the log after the run: an earlier sanitize), None (no reading); ``progress``: the
+    reading right after the start shows the sanitize in progress."""
     out = []
     for i, serial in enumerate(serials):
         dev = f"nvme{i}"
         log = sanitize_log_old(dev, status=nvme_status) if old else sanitize_log_new(dev, status=nvme_status)
+        reading = {"step": "nvme.sanitize-log", "serial": serial, "tool": "nvme-cli", "tool_version": "2.4",
+                   "command": f"nvme sanitize-log /dev/{dev} -o json", "exit_code": 0}
+        if before is not None:
+            earlier = sanitize_log_old(dev, status=0, global_erased=0) if before == "never" else log
+            out.append({**reading, "step": "nvme.sanitize-log.before", "output": earlier})
         out += [
             {"step": "nvme.id-ctrl", "serial": serial, "tool": "nvme-cli", "tool_version": "2.4",
              "command": f"nvme id-ctrl /dev/{dev} -o json", "exit_code": 0, "output": id_ctrl(serial)},
             {"step": "nvme.sanitize", "serial": serial, "tool": "nvme-cli", "tool_version": "2.4",
              "command": f"nvme sanitize /dev/{dev} --sanact=start-crypto-erase", "exit_code": 0, "output": ""},
-            {"step": "nvme.sanitize-log", "serial": serial, "tool": "nvme-cli", "tool_version": "2.4",
-             "command": f"nvme sanitize-log /dev/{dev} -o json", "exit_code": 0, "output": log},
+            {**reading, "step": "nvme.sanitize-log.progress",
+             "output": sanitize_log_old(dev, status=2, global_erased=0, sprog=1310) if progress else log},
+            {**reading, "output": log},
         ]
     out += [
         {"step": "tpm2_clear", "serial": "", "tool": "tpm2-tools", "tool_version": "5.4", "command": "tpm2_clear -c p",
