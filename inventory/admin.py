@@ -32,6 +32,8 @@ from inventory.models import (
     PowerFeed,
     Rack,
     Row,
+    SchedulerHold,
+    SchedulerNode,
     Server,
     ServerPlatform,
     Site,
@@ -233,3 +235,22 @@ class ImportRunAdmin(ReadOnlyModelAdmin):
     search_fields = ["filename"]
     exclude = ["content"]
 
+
+
+@admin.register(SchedulerNode)
+class SchedulerNodeAdmin(ReadOnlyModelAdmin):
+    """The scheduler's view of each node (beat's refresh writes it; docs/scheduler.md)."""
+
+    list_display = ["name", "server", "state", "drained_by", "job_count", "reason", "refreshed_at"]
+    list_filter = ["state", "drained_by"]
+    list_select_related = ["server"]
+    search_fields = ["^name", "reason"]
+
+
+@admin.register(SchedulerHold)
+class SchedulerHoldAdmin(ReadOnlyModelAdmin):
+    """Fleet's recorded drains and resumes: never edited by hand (a hand edit could resume a node twice)."""
+
+    list_display = ["key", "node", "state", "reason", "note", "requested_at", "released_at"]
+    list_filter = ["state", "owner"]
+    search_fields = ["^node", "=key"]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import django_filters
 from django import forms
 from django.core.exceptions import ValidationError
@@ -13,29 +15,47 @@ from fleet.filters import LeanFilterSet, filter_param_names, unknown_param_error
 from fleet.views import compact_choices
 from inventory import selectors
 from inventory.identity import normalize_uuid
-from inventory.models import Gpu, GpuModel, GpuState, Rack, Row, Server, Site
+from inventory.models import Gpu, GpuModel, GpuState, Server, Site
+from inventory.place_fields import PlaceFilter
+
+# Shorter text matches whole values only: a one- or two-character prefix would select much of the fleet.
+SEARCH_PREFIX_MIN = 3
+_UUID_PREFIX = re.compile(r"^(?:gpu-)?[0-9a-f-]+$", re.IGNORECASE)
 
 
 def gpu_search(queryset: QuerySet[Gpu], text: str) -> QuerySet[Gpu]:
-    """Free text: exact serial, UUID (with or without ``GPU-``), asset tag, or hostname prefix.
+    """Free text: a prefix (at least :data:`SEARCH_PREFIX_MIN` characters) of the serial, UUID (with or without
+    ``GPU-``), asset tag or server hostname; shorter text, the whole value.
 
-    Each branch is one indexed lookup; hostnames are resolved first so the OR never joins.
+    Each branch is one indexed lookup (``*_prefix_idx``: varchar_pattern_ops on PostgreSQL, migration
+    0009); hostnames are resolved first so the OR never joins. The API's ``serial``/``uuid``/``asset_tag``
+    filters stay exact.
     """
     text = text.strip()
     if not text:
         return queryset
-    server_ids = list(Server.objects.filter(hostname__startswith=text.lower()).values_list("id", flat=True)[:500])
-    condition = Q(serial=text) | Q(asset_tag=text) | Q(server_id__in=server_ids)
+    prefix = len(text) >= SEARCH_PREFIX_MIN
+    hosts = Server.objects.filter(hostname__startswith=text.lower()) if prefix else Server.objects.filter(
+        hostname=text.lower())
+    server_ids = list(hosts.values_list("id", flat=True)[:500])
+    if prefix:
+        condition = Q(serial__startswith=text) | Q(asset_tag__startswith=text) | Q(server_id__in=server_ids)
+    else:
+        condition = Q(serial=text) | Q(asset_tag=text) | Q(server_id__in=server_ids)
     if uuid := normalize_uuid(text):
         condition |= Q(uuid=uuid)
+    elif prefix and _UUID_PREFIX.match(text):
+        body = text[4:] if text.lower().startswith("gpu-") else text
+        if len(body) >= SEARCH_PREFIX_MIN:
+            condition |= Q(uuid__startswith="GPU-" + body.lower())
     return queryset.filter(condition)
 
 
 class GpuFilter(LeanFilterSet):
     site = django_filters.ModelChoiceFilter(queryset=Site.objects.all(), to_field_name="code")
-    row = django_filters.ModelChoiceFilter(queryset=Row.objects.all())
-    rack = django_filters.ModelChoiceFilter(queryset=Rack.objects.all())
-    server = django_filters.ModelChoiceFilter(queryset=Server.objects.all(), to_field_name="hostname")
+    row = PlaceFilter(kind="row", label="Row (site/name or id)")
+    rack = PlaceFilter(kind="rack", label="Rack (name or id)")
+    server = PlaceFilter(kind="server", label="Server (hostname or id)")
     model = django_filters.ModelChoiceFilter(queryset=GpuModel.objects.all(), to_field_name="sku")
     # distinct=False: a state list is an IN on one column; DISTINCT would sort every match before LIMIT.
     state = django_filters.MultipleChoiceFilter(choices=GpuState.choices, distinct=False)
@@ -70,8 +90,8 @@ class GpuFilter(LeanFilterSet):
 
 class ServerFilter(django_filters.FilterSet):
     site = django_filters.ModelChoiceFilter(queryset=Site.objects.all(), to_field_name="code")
-    row = django_filters.ModelChoiceFilter(queryset=Row.objects.all())
-    rack = django_filters.ModelChoiceFilter(queryset=Rack.objects.all())
+    row = PlaceFilter(kind="row", label="Row (site/name or id)")
+    rack = PlaceFilter(kind="rack", label="Rack (name or id)")
     unplaced = django_filters.BooleanFilter(field_name="rack", lookup_expr="isnull", label="Needs a rack position")
     q = django_filters.CharFilter(field_name="hostname", lookup_expr="startswith", label="Hostname")
     hostname = django_filters.CharFilter(method="filter_hostname", label="Hostname (exact)")
@@ -109,7 +129,7 @@ def gpu_ids_matching(params: QueryDict) -> list[int]:
 
 # --- the GPU list page's filter form -------------------------------------------------------------------------
 
-_TYPED_FILTERS = {"row": "row id", "rack": "rack id", "server": "hostname", "vbios": "96.00.…",
+_TYPED_FILTERS = {"vbios": "96.00.…",
                   "driver": "550.54.15", "q": "serial, UUID, hostname, asset tag"}
 
 

@@ -17,6 +17,8 @@ from inventory.models import (
     PowerFeed,
     Rack,
     Row,
+    SchedulerHold,
+    SchedulerNode,
     Server,
     ServerPlatform,
     Site,
@@ -82,11 +84,12 @@ def gpu_firmware(*, gpu: Gpu) -> QuerySet[FirmwareObservation]:
 
 
 def server_list() -> QuerySet[Server]:
-    return Server.objects.select_related("platform", "rack", "site", "nvlink_domain").order_by("id")
+    return Server.objects.select_related("platform", "rack", "site", "nvlink_domain", "scheduler_state").order_by("id")
 
 
 def server_detail(*, pk: int) -> Server:
-    return Server.objects.select_related("platform", "rack__row__hall", "site", "nvlink_domain").get(pk=pk)
+    return Server.objects.select_related("platform", "rack__row__hall", "site", "nvlink_domain",
+                                         "scheduler_state").get(pk=pk)
 
 
 def server_gpus(*, server: Server) -> QuerySet[Gpu]:
@@ -96,7 +99,8 @@ def server_gpus(*, server: Server) -> QuerySet[Gpu]:
 
 def rack_servers(*, rack: Rack) -> QuerySet[Server]:
     """Servers by rack unit, top of the rack first, with their GPU count."""
-    return (Server.objects.filter(rack=rack).select_related("platform").annotate(gpu_count=Count("gpus"))
+    return (Server.objects.filter(rack=rack).select_related("platform", "scheduler_state")
+            .annotate(gpu_count=Count("gpus"))
             .order_by("-rack_unit", "id"))
 
 
@@ -134,7 +138,23 @@ def gpus_needing_attention() -> dict[str, QuerySet]:
         "rma": gpu_list().filter(state=GpuState.RMA),
         "drained": gpu_list().filter(state=GpuState.DRAINED),
         "unplaced_servers": Server.objects.filter(rack__isnull=True).order_by("id"),
+        "scheduler_nodes": scheduler_nodes_needing_attention(),
     }
+
+
+def scheduler_nodes_needing_attention() -> QuerySet[SchedulerNode]:
+    """Nodes the scheduler has down, drained or reserved for a reason that is not Fleet's (someone else's work:
+    Fleet never resumes them), from the last refresh. None without a scheduler (no query)."""
+    from inventory.scheduler import configured
+
+    if configured() is None:
+        return SchedulerNode.objects.none()
+    return SchedulerNode.objects.filter(drained_by="other").select_related("server").order_by("id")
+
+
+def server_scheduler_holds(*, server: Server) -> QuerySet[SchedulerHold]:
+    """Fleet's drains of the server's node, newest first (open ones and the last ended ones)."""
+    return SchedulerHold.objects.filter(server=server).order_by("-id")
 
 
 # --- operator UI ---------------------------------------------------------------------------------------

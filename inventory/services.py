@@ -39,7 +39,9 @@ from inventory.models import (
     MoveKind,
     Rack,
     Server,
+    Site,
 )
+from inventory.scheduler.gpus import gpu_transition_scheduled
 
 
 def _actor_name(actor: Actor | None) -> str:
@@ -93,6 +95,43 @@ def server_place(*, server: Server, rack: Rack | None, rack_unit: int | None, ac
     return server
 
 
+def server_place_refusal(*, server: Server, rack: Rack, rack_unit: int) -> str | None:
+    """Why ``server`` cannot go to ``rack`` at ``rack_unit`` (off the rack, or units another server holds)."""
+    height = server.platform.height_u if server.platform_id else 1
+    if rack_unit < 1 or rack_unit + height - 1 > rack.height_u:
+        return f"U{rack_unit} does not fit a {height}U server in the {rack.height_u}U rack {rack.name}."
+    for other in Server.objects.filter(rack=rack, rack_unit__isnull=False).exclude(pk=server.pk).select_related(
+            "platform"):
+        other_height = other.platform.height_u if other.platform_id else 1
+        if rack_unit <= other.rack_unit + other_height - 1 and other.rack_unit <= rack_unit + height - 1:
+            return f"{rack.name} U{other.rack_unit} is taken by {other.hostname}."
+    return None
+
+
+@transaction.atomic
+def servers_place(*, placements: Sequence[tuple[Server, Rack, int]], actor: Actor | None,
+                  labels: Sequence[str] | None = None) -> list[Server]:
+    """Place several servers (rack, unit) at once: every placement fits, or nothing is written
+    (ValidationError naming each bad one by its label, e.g. ``line 3``)."""
+    errors: list[str] = []
+    claimed: dict[tuple[int, int], str] = {}
+    for i, (server, rack, unit) in enumerate(placements):
+        label = labels[i] if labels else server.hostname
+        if refusal := server_place_refusal(server=server, rack=rack, rack_unit=unit):
+            errors.append(f"{label}: {refusal}")
+        height = server.platform.height_u if server.platform_id else 1
+        for u in range(unit, unit + height):
+            if (rack.pk, u) in claimed:
+                errors.append(f"{label}: {rack.name} U{u} is also given to {claimed[(rack.pk, u)]} in this list.")
+                break
+            claimed[(rack.pk, u)] = server.hostname
+    if errors:
+        raise ValidationError(errors)
+    for server, rack, unit in placements:
+        server_place(server=server, rack=rack, rack_unit=unit, actor=actor)
+    return [server for server, _, _ in placements]
+
+
 # --- GPUs ------------------------------------------------------------------------------------------
 
 _GPU_EDITABLE = {"serial", "serial_raw", "uuid", "uuid_raw", "identity_masked", "model", "model_id",
@@ -109,11 +148,15 @@ def _placement_fields(server: Server | None) -> dict[str, Any]:
 @transaction.atomic
 def gpu_create(*, actor: Actor | None, server: Server | None = None, pci_bus_id: str = "",
                module_id: int | None = None, state: str = GpuState.RECEIVED, reason: str = "",
-               **fields: Any) -> Gpu:
-    """Register a GPU, optionally placed in a server slot. Writes the first state row and audit event."""
+               site: Site | None = None, **fields: Any) -> Gpu:
+    """Register a GPU, optionally placed in a server slot (or, not in a server, at a ``site``: a delivery's
+    boards are where they were received). Writes the first state row and audit event."""
     now = timezone.now()
+    placement = _placement_fields(server)
+    if server is None and site is not None:
+        placement["site_id"] = site.pk
     gpu = Gpu(state=state, state_changed_at=now, pci_bus_id=pci_bus_id, module_id=module_id,
-              **_placement_fields(server), **fields)
+              **placement, **fields)
     gpu.full_clean()
     gpu.save()
     name = _actor_name(actor)
@@ -148,6 +191,7 @@ def gpu_transition(*, gpu: Gpu, to_state: str, actor: Actor | None, reason: str 
                                   actor_name=_actor_name(actor), reason=reason, at=now)
     audit_write(actor=actor, action=AuditAction.TRANSITION, obj=locked,
                 changes={"state": [from_state, to_state]}, message=reason, at=now)
+    gpu_transition_scheduled(gpu=locked, from_state=from_state, to_state=to_state, reason=reason)  # h19: drain/resume
     gpu.state, gpu.state_changed_at = to_state, now
     return gpu
 

@@ -15,7 +15,7 @@ from rest_framework.response import Response
 
 from fleet.api import FleetAutoSchema, ValidationErrorSerializer, with_request_id
 from inventory.importers import FORMATS
-from inventory.imports import gpus_import
+from inventory.imports import IMPORT_NEW_STATES, gpus_import
 
 
 class ImportSerializer(serializers.Serializer):
@@ -23,6 +23,8 @@ class ImportSerializer(serializers.Serializer):
     format = serializers.ChoiceField(choices=["auto", *FORMATS], default="auto")
     server = serializers.CharField(max_length=253, required=False, allow_blank=True, default="",
                                    help_text="Hostname the GPUs are in, for files that do not name it")
+    new_state = serializers.ChoiceField(choices=[str(s) for s in IMPORT_NEW_STATES], default="received",
+                                        help_text="State new GPUs start in (received: burn-in comes first)")
     dry_run = serializers.BooleanField(required=False, default=False,
                                        help_text="Validate and report what would change; change nothing")
 
@@ -86,7 +88,8 @@ class ImportViewSet(viewsets.ViewSet):
         data = payload.validated_data
         upload = data["file"]
         result = gpus_import(content=upload.read(), filename=upload.name, fmt=data["format"],
-                             server_hint=data["server"].strip(), actor=request.user, dry_run=data["dry_run"])
+                             server_hint=data["server"].strip(), actor=request.user, dry_run=data["dry_run"],
+                             new_state=data["new_state"])
         body = {
             **{name: getattr(result, name) for name in ("created", "updated", "moved", "unchanged", "applied")},
             "servers_created": list(result.servers_created),

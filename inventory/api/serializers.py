@@ -22,6 +22,7 @@ from inventory.models import (
     PowerFeed,
     Rack,
     Row,
+    SchedulerNode,
     Server,
     ServerPlatform,
     Site,
@@ -161,6 +162,17 @@ class PlatformSerializer(serializers.ModelSerializer):
 # --- servers and GPUs -----------------------------------------------------------------------------------
 
 
+class SchedulerNodeSerializer(serializers.ModelSerializer):
+    """What the workload scheduler says about the server's node (refreshed by beat; null: no scheduler, or the
+    node is not known to it)."""
+
+    class Meta:
+        model = SchedulerNode
+        fields = ["name", "state", "reason", "reason_user", "reason_at", "drained_by", "job_count", "job_ids",
+                  "refreshed_at"]
+        read_only_fields = fields
+
+
 class ServerSerializer(serializers.ModelSerializer):
     platform = _ref(NamedRefSerializer, ServerPlatform, required=False, allow_null=True)
     rack = _ref(RackRefSerializer, Rack, required=False, allow_null=True,
@@ -168,11 +180,12 @@ class ServerSerializer(serializers.ModelSerializer):
     nvlink_domain = _ref(NamedRefSerializer, NvlinkDomain, required=False, allow_null=True)
     site = _ref(SiteRefSerializer, allow_null=True, help_text="The rack's site")
     row = serializers.PrimaryKeyRelatedField(read_only=True, allow_null=True, help_text="Id of the rack's row")
+    scheduler = SchedulerNodeSerializer(source="scheduler_state", read_only=True, allow_null=True, default=None)
 
     class Meta:
         model = Server
         fields = ["id", "hostname", "serial", "platform", "bmc_address", "rack", "rack_unit", "nvlink_domain",
-                  "site", "row", "needs_placement"]
+                  "site", "row", "needs_placement", "scheduler_node", "scheduler"]
         extra_kwargs = {"rack_unit": {"required": False}}
 
 

@@ -15,8 +15,9 @@ Rules:
   Fleet doesn't know is created unplaced (no rack; listed in ``servers_created``). Without a server
   (nvidia-smi XML without ``--server``, an empty Fleet CSV hostname) the import places nothing: new
   GPUs are created unplaced and existing ones keep their placement.
-- New GPUs start ``in_service`` when the file puts them in a server, ``received`` otherwise (Fleet CSV
-  may name the state). The state of an existing GPU is never changed by an import: a Fleet CSV row
+- New GPUs start ``received`` (so the burn-in gate applies), or in the state the importing person picks
+  (``new_state``, one of :data:`IMPORT_NEW_STATES`, written in each new GPU's state row and audit event);
+  never straight into service unless picked. A Fleet CSV row may name the state. The state of an existing GPU is never changed by an import: a Fleet CSV row
   naming another state is an error (use a transition).
 - A known GPU reported in another server or slot is moved (``GpuMove`` + ``move`` audit event); a GPU
   occupying a slot the file gives to another GPU, and absent from the file, is moved out first (``remove``).
@@ -42,13 +43,16 @@ from inventory import importers
 from inventory.importers.base import FORMATS, GpuRecord, ImportError_, ParseResult
 from inventory.imports.records import HOSTNAME, PARSE_THREADS, ImportFile, ImportResult, capped
 from inventory.imports.run import Import
-from inventory.models import ImportRun
+from inventory.models import GpuState, ImportRun
 
-__all__ = ["ImportError_", "ImportFile", "ImportResult", "gpus_import", "gpus_import_many", "import_run_confirm",
+# States an import may create GPUs in: received by default; never retired or in repair.
+IMPORT_NEW_STATES = (GpuState.RECEIVED, GpuState.BURN_IN, GpuState.SPARE, GpuState.IN_SERVICE)
+
+__all__ = ["IMPORT_NEW_STATES", "ImportError_", "ImportFile", "ImportResult", "gpus_import", "gpus_import_many", "import_run_confirm",
            "import_run_confirm_refusal", "import_run_preview"]
 
 def gpus_import(*, content: bytes, filename: str, fmt: str = "auto", server_hint: str = "", actor: Actor | None,
-                dry_run: bool = False) -> ImportResult:
+                dry_run: bool = False, new_state: str = GpuState.RECEIVED) -> ImportResult:
     """Import the GPUs in ``content``: all of it, or (with any error) nothing.
 
     ``fmt``: ``auto``, ``nvidia-smi-xml``, ``nvidia-smi-csv`` or ``csv`` (Fleet's). ``server_hint``: the
@@ -56,22 +60,27 @@ def gpus_import(*, content: bytes, filename: str, fmt: str = "auto", server_hint
     exactly what would happen (``rows``, counters, errors) and rolls it back.
     """
     return gpus_import_many(files=[ImportFile(filename, content, server_hint)], fmt=fmt, actor=actor,
-                            dry_run=dry_run)
+                            dry_run=dry_run, new_state=new_state)
 
 
 def gpus_import_many(*, files: Sequence[ImportFile], fmt: str = "auto", actor: Actor | None,
-                     dry_run: bool = False) -> ImportResult:
+                     dry_run: bool = False, new_state: str = GpuState.RECEIVED) -> ImportResult:
     """Import several files (typically one ``nvidia-smi -q -x`` per host, each with its server) as one:
     all of them, or (with any error in any file) nothing. Errors name the file they are in.
 
     One transaction and one set of queries for the whole batch: 250 per-host files import several
     times faster together than one by one (bench/README.md).
     """
-    result = ImportResult(fmt=fmt)
+    result = ImportResult(fmt=fmt, new_state=str(new_state))
     limit = settings.FLEET_IMPORT_MAX_BYTES
     if fmt != "auto" and fmt not in FORMATS:
         result.errors.append(ImportError_(files[0].filename if files else "-", None, "format",
                                           f"unknown format {fmt!r} (one of auto, {', '.join(FORMATS)})"))
+        return result
+    if new_state not in IMPORT_NEW_STATES:
+        result.errors.append(ImportError_(files[0].filename if files else "-", None, "new_state",
+                                          f"new GPUs cannot start in {new_state!r} (one of "
+                                          f"{', '.join(IMPORT_NEW_STATES)})"))
         return result
     records: list[GpuRecord] = []
     formats: set[str] = set()
@@ -105,7 +114,7 @@ def gpus_import_many(*, files: Sequence[ImportFile], fmt: str = "auto", actor: A
     try:
         with transaction.atomic():
             Import(records=records, filename=name, fmt=result.fmt, hint=None, actor=actor, result=result,
-                    lock=not dry_run).run()
+                   lock=not dry_run, new_state=new_state).run()
             if dry_run or result.errors:
                 transaction.set_rollback(True)
     except (IntegrityError, DataError) as exc:
@@ -141,12 +150,15 @@ def _summary(result: ImportResult) -> dict[str, Any]:
     return json.loads(json.dumps(summary, cls=DjangoJSONEncoder))
 
 
-def import_run_preview(*, content: bytes, filename: str, fmt: str, server_hint: str, actor: Actor | None) -> ImportRun:
-    """Keep an upload and what importing it would do (a dry run), until someone confirms it."""
+def import_run_preview(*, content: bytes, filename: str, fmt: str, server_hint: str, actor: Actor | None,
+                       new_state: str = GpuState.RECEIVED) -> ImportRun:
+    """Keep an upload and what importing it would do (a dry run), until someone confirms it. The state new
+    GPUs start in is kept with the preview (``summary["new_state"]``) and applied on confirmation."""
     run = ImportRun.objects.create(filename=filename[:255], fmt=fmt, server_hint=server_hint.strip(),
                                    content=content, created_by=actor if getattr(actor, "pk", None) else None)
     run.summary = _summary(gpus_import(content=content, filename=run.filename, fmt=fmt,
-                                       server_hint=run.server_hint, actor=actor, dry_run=True))
+                                       server_hint=run.server_hint, actor=actor, dry_run=True,
+                                       new_state=new_state))
     run.save(update_fields=["summary"])
     return run
 
@@ -170,7 +182,8 @@ def import_run_confirm(*, run_id: int, actor: Actor | None) -> ImportRun:
     if (refusal := import_run_confirm_refusal(run)) is not None:
         raise refusal
     run.summary = _summary(gpus_import(content=bytes(run.content), filename=run.filename, fmt=run.fmt,
-                                       server_hint=run.server_hint, actor=actor, dry_run=False))
+                                       server_hint=run.server_hint, actor=actor, dry_run=False,
+                                       new_state=run.summary.get("new_state", GpuState.RECEIVED)))
     run.status = ImportRun.Status.APPLIED if run.summary["applied"] else ImportRun.Status.FAILED
     run.save(update_fields=["summary", "status"])
     return run

@@ -49,6 +49,7 @@ class ImportResult:
     rows: list[dict[str, Any]] = field(default_factory=list)
     applied: bool = False
     fmt: str = ""
+    new_state: str = "received"
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready (``ImportRun.summary``, API responses)."""
@@ -56,7 +57,7 @@ class ImportResult:
                 "servers_created": self.servers_created, "models_created": self.models_created,
                 "errors": [e.as_dict() for e in self.errors], "notices": [n.as_dict() for n in self.notices],
                 "rows": self.rows, "applied": self.applied,
-                "format": self.fmt}
+                "format": self.fmt, "new_state": self.new_state}
 
 
 class ImportFile(NamedTuple):

@@ -49,8 +49,9 @@ class Import(ImportWrite):
     """One import run: check, load (a few queries for the whole file), match, plan, then write in bulk."""
 
     def __init__(self, *, records: list[GpuRecord], filename: str, fmt: str, hint: str | None, actor: Actor | None,
-                 result: ImportResult, lock: bool) -> None:
+                 result: ImportResult, lock: bool, new_state: str = GpuState.RECEIVED) -> None:
         self.filename, self.fmt, self.actor, self.result, self.lock = filename, fmt, actor, result, lock
+        self.new_state = str(new_state)
         self.plans = [Plan(record=r, host=r.hostname or hint) for r in records]
         self.servers: dict[str, Server] = {}
         self.gpus: dict[int, Gpu] = {}
@@ -58,7 +59,9 @@ class Import(ImportWrite):
         self.new_models: dict[str, GpuRecord] = {}
         self.displaced: dict[int, tuple[Gpu, tuple[str, str, int | None]]] = {}
         self.now = timezone.now()
-        self.reason = f"import of {filename}"[:500]
+        self.reason = f"import of {filename}" + ("" if self.new_state == GpuState.RECEIVED else
+                                                 f" (new GPUs in {self.new_state}, picked by the importer)")
+        self.reason = self.reason[:500]
 
     def error(self, record: GpuRecord | None, name: str, message: str) -> None:
         field_name = record.field_name(name) if record else name
@@ -192,7 +195,7 @@ class Import(ImportWrite):
                 if not rec.product_name:
                     self.error(rec, "product_name", "a new GPU needs its model (product name)")
                 plan.action = CREATE
-                plan.state = rec.state or (GpuState.IN_SERVICE.value if plan.host else GpuState.RECEIVED.value)
+                plan.state = rec.state or self.new_state
             else:
                 if rec.state and rec.state != gpu.state:
                     self.error(rec, "state", f"GPU {gpu.identity} is {gpu.state} in Fleet, the file says {rec.state}; "

@@ -11,6 +11,7 @@ servers, GPUs and their history), :mod:`.imports` (uploaded import files). Impor
 
 from inventory.models.imports import ImportRun
 from inventory.models.places import Cooling, Hall, NvlinkDomain, PowerFeed, Rack, Row, Site
+from inventory.models.scheduler import HoldState, SchedulerHold, SchedulerNode
 from inventory.models.servers import (
     FirmwareComponent,
     FirmwareObservation,
@@ -27,6 +28,6 @@ from inventory.models.servers import (
 
 __all__ = [
     "Cooling", "FirmwareComponent", "FirmwareObservation", "Gpu", "GpuModel", "GpuMove", "GpuState", "GpuStateChange",
-    "Hall", "ImportRun", "MoveKind", "NvlinkDomain", "PowerFeed", "Rack", "Row", "Server", "ServerPlatform", "Site",
+    "Hall", "HoldState", "ImportRun", "MoveKind", "NvlinkDomain", "PowerFeed", "Rack", "Row", "SchedulerHold", "SchedulerNode", "Server", "ServerPlatform", "Site",
     "gpu_identity",
 ]

@@ -13,6 +13,7 @@ class GpuState(models.TextChoices):
     ORDERED = "ordered", "Ordered"
     RECEIVED = "received", "Received"
     BURN_IN = "burn_in", "Burn-in"
+    BURN_IN_FAILED = "burn_in_failed", "Burn-in failed"
     IN_SERVICE = "in_service", "In service"
     DRAINED = "drained", "Drained"
     RMA = "rma", "RMA"
@@ -57,6 +58,8 @@ class Server(models.Model):
     serial = models.CharField(max_length=100, blank=True)
     platform = models.ForeignKey(ServerPlatform, null=True, blank=True, on_delete=models.PROTECT)
     bmc_address = models.CharField("BMC address", max_length=253, blank=True)
+    scheduler_node = models.CharField(max_length=253, blank=True, default="", db_default="",
+                                      help_text="The workload scheduler's name for this server (empty: its hostname)")
     rack = models.ForeignKey(Rack, null=True, blank=True, on_delete=models.PROTECT, related_name="servers",
                              help_text="Empty: the server is unplaced and needs a rack position")
     rack_unit = models.PositiveSmallIntegerField(null=True, blank=True, help_text="Lowest rack unit occupied")
@@ -161,6 +164,10 @@ class Gpu(models.Model):
             models.Index(fields=["driver_version", "id"], name="gpu_driver_idx"),
             models.Index(fields=["identity_masked", "id"], name="gpu_masked_idx"),
             models.Index(fields=["id"], condition=Q(server__isnull=True), name="gpu_unplaced_idx"),
+            # The free-text search's prefixes (LIKE 'x%'; the unique indexes serve equality only).
+            models.Index(fields=["serial"], name="gpu_serial_prefix_idx", opclasses=["varchar_pattern_ops"]),
+            models.Index(fields=["uuid"], name="gpu_uuid_prefix_idx", opclasses=["varchar_pattern_ops"]),
+            models.Index(fields=["asset_tag"], name="gpu_asset_tag_prefix_idx", opclasses=["varchar_pattern_ops"]),
         ]
 
     def __str__(self) -> str:

@@ -4,10 +4,13 @@ from inventory.views.gpus import gpu_bulk_transition, gpu_detail, gpu_export, gp
 from inventory.views.imports import import_preview, import_upload
 from inventory.views.places import (
     dashboard,
+    place_suggest,
     rack_detail,
     row_detail,
     server_detail,
     server_list,
+    server_place,
+    server_place_bulk,
     site_detail,
     site_list,
 )
@@ -21,10 +24,13 @@ __all__ = [
     "gpu_transition",
     "import_preview",
     "import_upload",
+    "place_suggest",
     "rack_detail",
     "row_detail",
     "server_detail",
     "server_list",
+    "server_place",
+    "server_place_bulk",
     "site_detail",
     "site_list",
 ]

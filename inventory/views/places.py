@@ -7,26 +7,33 @@ from typing import Any
 
 from django import forms
 from django.conf import settings
+from django.contrib import messages
+from django.core.exceptions import ValidationError
 from django.http import Http404, HttpResponse
-from django.shortcuts import get_object_or_404, render
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_POST
 
 from fleet import selectors as fleet_selectors
 from fleet.filters import strict_html_filter
 from fleet.pagination import keyset_page
+from fleet.roles import OPERATOR, has_role
 from fleet.views import (
     HtmxHttpRequest,
     audit_query_for,
     audit_rows,
     compact_choices,
+    operator_required,
     query_with,
     query_without,
     render_page,
     viewer_required,
 )
-from inventory import selectors
+from inventory import scheduler, selectors, services
 from inventory.filters import ServerFilter
-from inventory.models import GpuState, Rack, Row, Server, Site
+from inventory.forms import ServerPlaceBulkForm, ServerPlaceForm
+from inventory.models import GpuState, Rack, Row, SchedulerNode, Server, Site
 from inventory.panels import panels_context
+from inventory.place_fields import PLACE_KINDS, place_suggestions, suggestion_options
 
 ATTENTION_SHOWN = 10
 
@@ -42,6 +49,7 @@ def dashboard(request: HtmxHttpRequest) -> HttpResponse:
         "attention": {name: rows[:ATTENTION_SHOWN] for name, rows in attention.items()},
         "attention_more": {name: len(rows) > ATTENTION_SHOWN for name, rows in attention.items()},
         "by_state_max": max((n for _, _, n in counts["by_state"]), default=0) or 1,
+        "scheduler": scheduler.configured() is not None,
     }
     return render(request, "inventory/dashboard.html", context)
 
@@ -49,7 +57,7 @@ def dashboard(request: HtmxHttpRequest) -> HttpResponse:
 # --- servers --------------------------------------------------------------------------------------------
 
 SERVER_SORTS = {"hostname": "Hostname", "id": "Oldest first", "-id": "Newest first"}
-_TYPED_SERVER_FILTERS = {"row": "row id", "rack": "rack id", "nvlink_domain": "domain id", "q": "hostname prefix"}
+_TYPED_SERVER_FILTERS = {"nvlink_domain": "domain id", "q": "hostname prefix"}
 
 
 def server_filter(params: Any) -> ServerFilter:
@@ -85,14 +93,70 @@ def server_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     except Server.DoesNotExist:
         raise Http404("No such server.") from None
     gpus = list(selectors.server_gpus(server=server))
+    initial = {"rack": server.rack, "rack_unit": server.rack_unit} if server.rack_id else {}
     context = {
+        "place_form": ServerPlaceForm(initial=initial) if has_role(request.user, OPERATOR) else None,
         "server": server,
         "gpus": gpus,
         **panels_context("server", server=server, gpus=gpus),
         "audit": audit_rows(fleet_selectors.audit_for(server)[:50]),
         "audit_query": audit_query_for(server),
+        **_scheduler_context(server),
     }
     return render(request, "inventory/server_detail.html", context)
+
+
+def _node_of(server: Server) -> SchedulerNode | None:
+    try:
+        return server.scheduler_state
+    except SchedulerNode.DoesNotExist:
+        return None
+
+
+def _scheduler_context(server: Server) -> dict[str, Any]:
+    if scheduler.configured() is None:
+        return {"scheduler": False}
+    return {"scheduler": True, "sched": _node_of(server), "scheduler_node_name": scheduler.node_name(server),
+            "scheduler_holds": list(selectors.server_scheduler_holds(server=server)[:10])}
+
+
+@operator_required
+@require_POST
+def server_place(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    """Put one server in a rack position (rack by name, unit); its GPUs take the rack's site, row and rack."""
+    server = get_object_or_404(Server.objects.select_related("platform"), pk=pk)
+    form = ServerPlaceForm(request.POST)
+    if form.is_valid():
+        rack, unit = form.cleaned_data["rack"], form.cleaned_data["rack_unit"]
+        try:
+            services.servers_place(placements=[(server, rack, unit)], actor=request.user)
+        except ValidationError as exc:
+            messages.error(request, " ".join(exc.messages))
+        else:
+            messages.success(request, f"{server.hostname} placed in {rack.name} at U{unit}.")
+    else:
+        for errors in form.errors.values():
+            for error in errors:
+                messages.error(request, error)
+    return redirect("server-detail", pk=pk)
+
+
+@operator_required
+def server_place_bulk(request: HtmxHttpRequest) -> HttpResponse:
+    """Place many servers from ``hostname,rack,unit`` lines: all of them, or none (errors name the line)."""
+    form = ServerPlaceBulkForm(request.POST or None, request.FILES or None)
+    placed: list[Server] = []
+    if request.method == "POST" and form.is_valid():
+        rows = form.cleaned_data["placements"]
+        try:
+            placed = services.servers_place(placements=[(s, r, u) for s, r, u, _ in rows], actor=request.user,
+                                            labels=[label for *_, label in rows])
+        except ValidationError as exc:
+            form.add_error(None, exc.messages)
+        else:
+            messages.success(request, f"{len(placed)} server{'s' if len(placed) != 1 else ''} placed.")
+    unplaced = list(selectors.server_list().filter(rack__isnull=True)[:50])
+    return render(request, "inventory/server_place_bulk.html", {"form": form, "placed": placed, "unplaced": unplaced})
 
 
 # --- racks, rows, sites --------------------------------------------------------------------------------
@@ -140,7 +204,10 @@ def rack_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     except Rack.DoesNotExist:
         raise Http404("No such rack.") from None
     servers = list(selectors.rack_servers(rack=rack))
+    for s in servers:
+        s.sched = _node_of(s)
     context = {
+        "scheduler": scheduler.configured() is not None,
         "rack": rack,
         "servers": servers,
         "elevation": rack_elevation(rack, servers),
@@ -184,3 +251,12 @@ def site_detail(request: HtmxHttpRequest, code: str) -> HttpResponse:
         "gpu_total": sum(by_state.values()),
     }
     return render(request, "inventory/site_detail.html", context)
+
+
+@viewer_required
+def place_suggest(request: HtmxHttpRequest, kind: str) -> HttpResponse:
+    """``<option>``s of the places of ``kind`` whose names start with what was typed (a datalist's contents)."""
+    if kind not in PLACE_KINDS:
+        raise Http404("No such kind of place.")
+    text = next((v for v in request.GET.values() if v), "")
+    return HttpResponse(suggestion_options(place_suggestions(kind, text)))

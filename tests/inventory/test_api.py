@@ -29,6 +29,7 @@ from inventory.models import (
     Site,
 )
 from tests import factories
+from tests.acceptance.helpers import pass_run
 
 pytestmark = pytest.mark.django_db
 V1 = "/api/v1"
@@ -243,6 +244,8 @@ def test_bulk_transition_sync_by_ids_and_by_filter(api, small_fleet):
         format="json")
     assert by_ids.status_code == 200 and by_ids.json() == {"done": 2, "to_state": "drained"}
 
+    # Back to service needs a passing diagnostic since the drain (the acceptance app's gate).
+    pass_run(Gpu.objects.filter(site__code="fra1", state="drained").order_by("id"))
     by_filter = client.post(f"{V1}/gpus/bulk-transition/", {
         "gpus": {"site": "fra1", "state": "drained"}, "to_state": "in_service"}, format="json")
     assert by_filter.json() == {"done": 2, "to_state": "in_service"}

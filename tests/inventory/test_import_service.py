@@ -66,7 +66,8 @@ def test_xml_import_creates_gpu_in_a_new_unplaced_server():
     assert gpu.server.hostname == "node-a100" and gpu.server.rack is None
     assert (gpu.serial, gpu.uuid, gpu.identity_masked) == ("1650522003820", "GPU-513536b6-7d19-9063-b049-1e69664bb298",
                                                            False)
-    assert (gpu.state, gpu.pci_bus_id, gpu.module_id, gpu.minor_number) == (GpuState.IN_SERVICE, "00000000:01:00.0",
+    # New hardware starts received (burn-in before service), even in a server (issue 21).
+    assert (gpu.state, gpu.pci_bus_id, gpu.module_id, gpu.minor_number) == (GpuState.RECEIVED, "00000000:01:00.0",
                                                                             4, 1)
     assert (gpu.vbios_version, gpu.inforom_image, gpu.driver_version) == ("92.00.36.00.02", "G506.0212.00.01",
                                                                           "535.54.03")
@@ -75,7 +76,7 @@ def test_xml_import_creates_gpu_in_a_new_unplaced_server():
         ("driver", "535.54.03"), ("gpu_gsp", "535.54.03"), ("gpu_inforom_ecc", "6.16"), ("gpu_inforom_image",
          "G506.0212.00.01"), ("gpu_inforom_oem", "2.0"), ("gpu_vbios", "92.00.36.00.02")]
     assert GpuMove.objects.get(gpu=gpu).kind == MoveKind.INSTALL
-    assert GpuStateChange.objects.get(gpu=gpu).to_state == GpuState.IN_SERVICE
+    assert GpuStateChange.objects.get(gpu=gpu).to_state == GpuState.RECEIVED
     assert sorted(AuditEvent.objects.values_list("action", "actor_name")) == [("create", "test-import")] * 3
     created = AuditEvent.objects.get(object_id=str(gpu.pk), content_type__model="gpu")
     assert created.changes == {k: [None, v] for k, v in snapshot(gpu).items() if v not in (None, "")}  # as gpu_create
@@ -233,7 +234,7 @@ def test_gpu_reported_in_another_server_is_moved():
     new_events = AuditEvent.objects.order_by("id")[events:]
     assert [(e.action, e.source) for e in new_events] == [("create", "api"), ("move", "api")]  # server ws-02, move
     gpu = Gpu.objects.get()
-    assert gpu.server.hostname == "ws-02" and gpu.state == GpuState.IN_SERVICE
+    assert gpu.server.hostname == "ws-02" and gpu.state == GpuState.RECEIVED  # the state it was created in
 
 
 def test_gpu_in_the_way_is_moved_out_first():
@@ -343,7 +344,7 @@ def test_dry_run_previews_and_writes_nothing():
     assert result.created == 8 and result.servers_created == ["gpu-h100-01"]
     assert result.rows[0] == {"line": 2, "identity": "1652923034721", "action": "create", "hostname": "gpu-h100-01",
                               "pci_bus_id": "00000000:18:00.0",
-                              "changes": {"model": [None, "NVIDIA H100 80GB HBM3"], "state": [None, "in_service"]}}
+                              "changes": {"model": [None, "NVIDIA H100 80GB HBM3"], "state": [None, "received"]}}
     assert all(n == 0 for n in counts().values())
 
 
@@ -417,3 +418,19 @@ def test_command_prints_a_notice_for_columns_of_newer_drivers(tmp_path):
 
     assert "Imported 1 created" in out.getvalue()
     assert "notice:" in err.getvalue() and "dramencryption.mode.current, edpp_multiplier" in err.getvalue()
+
+
+def test_new_gpus_start_in_the_state_the_importer_picks_and_it_is_recorded():
+    result = run(fixture("nvidia-smi-csv/h100-8gpu-units.csv"), "h100.csv", server_hint="gpu-h100-01",
+                 new_state=GpuState.IN_SERVICE)
+    assert result.errors == [] and result.applied and result.new_state == "in_service"
+    assert set(Gpu.objects.values_list("state", flat=True)) == {GpuState.IN_SERVICE}
+    change = GpuStateChange.objects.order_by("id").first()
+    assert change.to_state == "in_service" and "picked by the importer" in change.reason
+
+
+def test_an_import_refuses_a_new_state_gpus_may_not_start_in():
+    result = run(fixture("nvidia-smi-csv/h100-8gpu-units.csv"), "h100.csv", server_hint="gpu-h100-01",
+                 new_state=GpuState.DISPOSED)
+    assert not result.applied and result.errors[0].field == "new_state"
+    assert not Gpu.objects.exists()

@@ -409,7 +409,7 @@ def test_fleet_csv_bad_values():
                b"1652923040033,NVIDIA H100,,,,00000000:3A:00.0\n")
     assert [str(e) for e in parse(content, filename="f.csv").errors] == [
         "f.csv:2: warranty_end: '2029-02-30' is not a date (YYYY-MM-DD)",
-        "f.csv:3: state: unknown state 'broken' (one of ordered, received, burn_in, in_service, drained, rma, "
+        "f.csv:3: state: unknown state 'broken' (one of ordered, received, burn_in, burn_in_failed, in_service, drained, rma, "
         "spare, decommissioning, sanitized, disposed)",
         "f.csv:4: hostname: a PCI bus id or module id needs a hostname",
     ]

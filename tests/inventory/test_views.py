@@ -464,7 +464,6 @@ def _upload(client, content: bytes, name="gpus.csv", **fields):
 
 @pytest.mark.django_db
 def test_import_upload_preview_confirm(client, as_role, fleet):
-    pytest.importorskip("inventory.imports")
     as_role("operator")
     content = (b"serial,model,hostname,module_id,pci_bus_id\n"
                b"IMP0001,NVIDIA H100 80GB HBM3,node-new-1,1,00000000:18:00.0\n"
@@ -489,7 +488,6 @@ def test_import_upload_preview_confirm(client, as_role, fleet):
 
 @pytest.mark.django_db
 def test_import_with_errors_cannot_be_confirmed(client, as_role, fleet):
-    pytest.importorskip("inventory.imports")
     as_role("operator")
     _upload(client, b"serial,model,hostname,module_id,pci_bus_id\nBAD1,NVIDIA H100 80GB HBM3,node-x,1,not-a-bus\n")
     run = ImportRun.objects.get()
@@ -511,7 +509,6 @@ def test_import_rejects_a_file_over_the_limit(client, as_role, settings):
 
 @pytest.mark.django_db
 def test_import_nvidia_smi_xml_with_a_server_hostname(client, as_role):
-    pytest.importorskip("inventory.imports")
     as_role("operator")
     xml = (Path(__file__).resolve().parents[1] / "fixtures" / "nvidia-smi-xml" / "dual_a5000-v13.xml").read_bytes()
     upload = SimpleUploadedFile("dual_a5000.xml", xml, content_type="application/xml")
