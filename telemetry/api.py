@@ -30,6 +30,7 @@ from fleet.filters import reject_unknown_params
 from telemetry import selectors, services
 from telemetry.filters import XidEventFilter
 from telemetry.models import IngestKind, IngestSource, XidEvent
+from telemetry.promql import StoreUnavailable
 from telemetry.sample import TelemetryParseError
 
 # --- ingest ------------------------------------------------------------------------------------------------
@@ -86,6 +87,13 @@ class FormatParamNegotiation(DefaultContentNegotiation):
 def _error(request: Request, message: str, reason: str, line: int | None, code: int) -> Response:
     body = {"detail": message, "code": reason, "reason": reason, "line": line}
     return Response(with_request_id(body, request), status=code)
+
+
+def _unavailable(request: Request, exc: StoreUnavailable) -> Response:
+    """The history store (FLEET_TELEMETRY_BACKEND=prometheus) is down, slow or refusing: 503 with the reason, which
+    the charts and the heatmap show in place of the series. Nothing else depends on it."""
+    body = {"detail": f"Telemetry history is unavailable: {exc}", "code": "history_unavailable"}
+    return Response(with_request_id(body, request), status=status.HTTP_503_SERVICE_UNAVAILABLE)
 
 
 def _visibility() -> dict[str, Any]:
@@ -149,6 +157,11 @@ class _IngestView(APIView):
 
     def _ingest(self, request: Request, fmt: str) -> Response:
         reject_unknown_params(request.query_params.keys(), ("format", "host", "source"))
+        if settings.FLEET_TELEMETRY_BACKEND == "prometheus" and fmt != "kernel-log":
+            return _error(request, "Fleet reads samples from the Prometheus-compatible store "
+                          "(FLEET_TELEMETRY_BACKEND=prometheus) and keeps none itself: send them to the store. "
+                          "Kernel logs (XID events) are still taken here.", "backend_prometheus", None,
+                          status.HTTP_409_CONFLICT)
         body = self._body(request)
         if isinstance(body, Response):
             return body
@@ -174,6 +187,8 @@ _INGEST_RESPONSES = {
                     "(field errors): nothing was written"),
     411: OpenApiResponse(IngestErrorSerializer, description="A chunked body behind a server that cannot read it "
                          "(send a Content-Length)"),
+    409: OpenApiResponse(IngestErrorSerializer, description="Samples pushed while FLEET_TELEMETRY_BACKEND is "
+                         "prometheus (Fleet keeps none: the store does)"),
     413: OpenApiResponse(IngestErrorSerializer, description="The body is over FLEET_TELEMETRY_MAX_BYTES"),
 }
 _SOURCE_PARAM = OpenApiParameter("source", str, description="Ingest source name (default push-<user>); "
@@ -253,16 +268,24 @@ class HistoryView(APIView):
         query.is_valid(raise_exception=True)
         q = query.validated_data
         tier = selectors.history_tier(scope=q["scope"], start=q["start"], end=q["end"], resolution=q["resolution"])
-        points = selectors.history(scope=q["scope"], scope_id=q["id"], metric=q["metric"], start=q["start"],
-                                   end=q["end"], resolution=tier)
+        try:
+            points = selectors.history(scope=q["scope"], scope_id=q["id"], metric=q["metric"], start=q["start"],
+                                       end=q["end"], resolution=tier)
+        except StoreUnavailable as exc:
+            return _unavailable(request, exc)
         return Response({"scope": q["scope"], "id": q["id"], "metric": q["metric"], "unit": selectors.UNITS[q["metric"]],
-                         "resolution": "5m" if q["metric"] == "xid" and tier == "raw" else tier,
+                         "resolution": "5m" if q["metric"] in selectors.BUCKET_METRICS and tier == "raw" else tier,
                          "start": q["start"], "end": q["end"],
                          "points": [{"t": t, "min": a, "avg": b, "max": c} for t, a, b, c in points]})
 
 
 class HeatmapQuerySerializer(serializers.Serializer):
-    metric = serializers.ChoiceField(choices=selectors.HEATMAP_METRICS, default="gpu_temp")
+    metric = serializers.ChoiceField(choices=selectors.heatmap_metrics(), default="gpu_temp",
+                                     help_text="A telemetry metric or a registered layer (health, ...)")
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["metric"].choices = selectors.heatmap_metrics()  # layers registered by other apps too
     at = serializers.DateTimeField(required=False, help_text="A past instant (its 5-minute bucket); default: latest")
 
 
@@ -293,18 +316,22 @@ class HeatmapView(APIView):
     schema = FleetAutoSchema()
 
     @extend_schema(summary="One value per GPU for the fleet heatmap (parallel arrays)",
-                   parameters=[HeatmapQuerySerializer], responses={200: HeatmapSerializer})
+                   parameters=[HeatmapQuerySerializer],
+                   responses={200: HeatmapSerializer, 503: OpenApiResponse(description="The history store "
+                              "(prometheus backend) is down, slow or refused the query: detail says which")})
     def get(self, request: Request) -> Response:
         reject_unknown_params(request.query_params.keys(), {*HeatmapQuerySerializer().fields, "format"})
         query = HeatmapQuerySerializer(data=request.query_params)
         query.is_valid(raise_exception=True)
-        return Response(selectors.heatmap_data_kept(metric=query.validated_data["metric"],
-                                                    at=query.validated_data.get("at")))
+        try:
+            return Response(selectors.heatmap_data_kept(metric=query.validated_data["metric"],
+                                                        at=query.validated_data.get("at")))
+        except StoreUnavailable as exc:
+            return _unavailable(request, exc)
 
 
 class FramesQuerySerializer(serializers.Serializer):
-    metric = serializers.ChoiceField(choices=[m for m in selectors.HEATMAP_METRICS if m != "health"],
-                                     default="gpu_temp")
+    metric = serializers.ChoiceField(choices=list(selectors.TELEMETRY_HEATMAP_LABELS), default="gpu_temp")
     hours = serializers.IntegerField(min_value=1, max_value=24 * 7, default=24)
     level = serializers.ChoiceField(choices=["auto", "gpu", "rack"], default="auto")
 

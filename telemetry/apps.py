@@ -13,3 +13,7 @@ class TelemetryConfig(AppConfig):
         from telemetry.panels import panels_register
 
         panels_register()
+        from inventory.scheduler.gpus import register_return_check
+        from telemetry.scheduler_guard import gpu_health_passed
+
+        register_return_check(gpu_health_passed)

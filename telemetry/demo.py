@@ -2,27 +2,48 @@
 
 from __future__ import annotations
 
+import csv
 import datetime as dt
+import io
+from pathlib import Path
 
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
 from fleet.audit import Actor
 from inventory.models import Gpu
 from telemetry.models import IngestKind, IngestSource
+from telemetry.selectors import gpus_with_identity
 from telemetry.services.merge import telemetry_merge
 from telemetry.services.sources import ingest_source_for, ingest_source_update
 from telemetry.store import SampleRow, get_store
 
 DEMO_SOURCE = "demo-exporter"
 DEMO_URL = "http://127.0.0.1:9400/metrics"
+# The demo exporter (``python -m world.dcgm_exporter --gpus-file var/demo-exporter-gpus.csv --demo``, Procfile)
+# reads its GPUs from this file, written here: the world's stand-in never reads Fleet's database.
+DEMO_GPUS_FILE = "demo-exporter-gpus.csv"  # in FLEET_VAR_DIR (var/)
+
+
+def demo_gpus_file_write(path: Path | None = None) -> Path:
+    """Write every placed GPU with a UUID as ``uuid,hostname,pci_bus_id,model`` lines for the demo exporter."""
+    path = path or Path(settings.VAR_DIR) / "demo-exporter-gpus.csv"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    out = io.StringIO()
+    csv.writer(out, lineterminator="\n").writerows(gpus_with_identity())
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(out.getvalue())
+    tmp.replace(path)
+    return path
 
 
 def telemetry_demo_backfill(*, hours: int = 24, actor: Actor | None = None, now: dt.datetime | None = None,
                             step_s: int = 300) -> dict[str, int]:
     """Write ``hours`` of SYNTHETIC history for the demo fleet (every placed GPU with a UUID), one sample per GPU
     every ``step_s`` seconds, through the normal write path (an hour of steps per batch and transaction), then
-    roll it up; and register the ``demo-exporter`` scrape source (``manage.py dcgm_exporter_sim``).
+    roll it up; and register the ``demo-exporter`` scrape source (``python -m world.dcgm_exporter --demo``, the
+    Procfile's ``exporter``) and write its GPU list (:data:`DEMO_GPUS_FILE`).
 
     Each GPU's level and problems come from ``synth.demo_fleet`` (shared with the demo exporter, so the live
     scrapes continue this history): about 0.5 % of the GPUs get a row-remap failure, a hardware XID (79, 48 +
@@ -80,4 +101,5 @@ def telemetry_demo_backfill(*, hours: int = 24, actor: Actor | None = None, now:
     source = IngestSource.objects.get(name=DEMO_SOURCE)
     if not source.url:
         ingest_source_update(source=source, actor=actor, url=DEMO_URL, kind=IngestKind.SCRAPE)
+    demo_gpus_file_write()
     return {"gpus": len(gpus), "samples": samples, "steps": steps}

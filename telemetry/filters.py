@@ -9,6 +9,7 @@ from django.db.models import QuerySet
 from django_filters import rest_framework as drf_filters
 
 from inventory.models import GpuModel, Site
+from inventory.place_fields import PlaceFilter
 from telemetry.health_selectors import health_flag_list
 from telemetry.models import HealthFlag, HealthKind, HealthSeverity, XidEvent
 
@@ -22,6 +23,8 @@ class HealthFlagFilter(django_filters.FilterSet):
     severity = django_filters.ChoiceFilter(choices=HealthSeverity.choices, empty_label="Any severity")
     site = django_filters.ModelChoiceFilter(field_name="gpu__site", queryset=Site.objects.order_by("code"),
                                             to_field_name="code", label="Site code")
+    row = PlaceFilter(kind="row", field_name="gpu__row", label="Row (site/name or id)")
+    rack = PlaceFilter(kind="rack", field_name="gpu__rack", label="Rack (name or id)")
     model = django_filters.ModelChoiceFilter(field_name="gpu__model", queryset=GpuModel.objects.order_by("name"),
                                              label="GPU model id")
     gpu = django_filters.NumberFilter(field_name="gpu_id", label="GPU id")
@@ -30,7 +33,7 @@ class HealthFlagFilter(django_filters.FilterSet):
 
     class Meta:
         model = HealthFlag
-        fields = ["kind", "severity", "site", "model", "gpu", "status"]
+        fields = ["kind", "severity", "site", "row", "rack", "model", "gpu", "status"]
 
     def filter_status(self, queryset: QuerySet[HealthFlag], name: str, value: str) -> QuerySet[HealthFlag]:
         if value == "cleared":

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db.models import Count, QuerySet
+from django.db.models import Case, Count, QuerySet, Value, When
 
 from telemetry.health import evidence_text
 from telemetry.models import HealthFlag
@@ -50,3 +50,18 @@ def open_flag_counts(*, gpu_ids: list[int] | None = None, rack_id: int | None = 
     rows = qs.values("severity").annotate(n=Count("id")).order_by()
     return {row["severity"]: row["n"] for row in rows}
 
+
+
+PLACE_FLAGS_SHOWN = 20
+
+
+def open_flags_in(*, rack_id: int | None = None, row_id: int | None = None,
+                  limit: int = PLACE_FLAGS_SHOWN) -> list[HealthFlag]:
+    """A rack's or a row's open flags, worst first, with each GPU (its serial) and server (the place pages)."""
+    qs = HealthFlag.objects.filter(cleared_at__isnull=True).select_related("gpu", "gpu__server")
+    if rack_id is not None:
+        qs = qs.filter(gpu__rack_id=rack_id)
+    if row_id is not None:
+        qs = qs.filter(gpu__row_id=row_id)
+    worst = Case(*(When(severity=s, then=Value(n)) for n, s in enumerate(("rma", "drain", "watch"))), default=Value(9))
+    return list(qs.order_by(worst, "-id")[:limit])

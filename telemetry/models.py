@@ -306,3 +306,23 @@ class HealthFlag(models.Model):
 
     def __str__(self) -> str:
         return f"{self.get_kind_display()} on GPU #{self.gpu_id}"
+
+
+class SampleDay(models.Model):
+    """One GPU's raw samples of one UTC day, compacted (``telemetry.compact``): the raw rows are dropped.
+
+    ``data`` is the codec's blob (a version byte first); ``STORAGE EXTERNAL`` on PostgreSQL (set by the migration):
+    TOAST stores it out of line without a second, useless compression attempt.
+    """
+
+    pk = models.CompositePrimaryKey("gpu", "day")
+    gpu = models.ForeignKey("inventory.Gpu", on_delete=models.DO_NOTHING, db_constraint=False, related_name="+")
+    day = models.DateField()
+    n = models.IntegerField(help_text="Samples in the blob")
+    data = models.BinaryField()
+
+    class Meta:
+        db_table = "telemetry_sampleday"
+
+    def __str__(self) -> str:
+        return f"GPU #{self.gpu_id} {self.day}"

@@ -5,10 +5,12 @@ Registered with ``inventory.panels`` by ``TelemetryConfig.ready()``; inventory n
 
 from __future__ import annotations
 
+from urllib.parse import urlencode
+
 from inventory.models import Gpu, Rack, Row, Server
 from inventory.panels import Panel, panel_register
 from telemetry import charts
-from telemetry.health_selectors import gpu_open_flags, open_flag_counts
+from telemetry.health_selectors import gpu_open_flags, open_flag_counts, open_flags_in
 
 ASSETS = "telemetry/includes/chart_assets.html"
 
@@ -28,12 +30,14 @@ def server_panels(*, server: Server, gpus: list[Gpu]) -> list[Panel]:
 def rack_panels(*, rack: Rack) -> list[Panel]:
     return [Panel("telemetry/panels/place.html", {
         "chart": charts.group_chart("rack", rack.pk, f"Rack {rack.name}"), "flag_counts": open_flag_counts(rack_id=rack.pk),
+        "place_flags": open_flags_in(rack_id=rack.pk), "health_query": urlencode({"rack": rack.name}),
     }, head=ASSETS)]
 
 
 def row_panels(*, row: Row) -> list[Panel]:
     return [Panel("telemetry/panels/row.html", {
         "chart": charts.group_chart("row", row.pk, f"Row {row.name}"), "flag_counts": open_flag_counts(row_id=row.pk),
+        "place_flags": open_flags_in(row_id=row.pk), "health_query": urlencode({"row": f"{row.site.code}/{row.name}"}),
     }, head=ASSETS)]
 
 

@@ -21,6 +21,7 @@ import datetime as dt
 
 from django.db import connection, transaction
 
+from telemetry import compact
 from telemetry.dcgm import THROTTLE_HW_MASK
 from telemetry.models import RollupCursor
 from telemetry.partitions import ROLLUP_TABLES, partitions_ensure
@@ -58,20 +59,27 @@ def _params(*values: dt.datetime) -> list:
     return [connection.ops.adapt_datetimefield_value(value) for value in values]
 
 
-def _upsert(table: str, keys: tuple[str, ...], columns: tuple[str, ...], select: str) -> str:
+def upsert_sql(table: str, keys: tuple[str, ...], columns: tuple[str, ...], select: str) -> str:
     updates = ", ".join(f"{c} = EXCLUDED.{c}" for c in columns)
     return (f"INSERT INTO {table} ({', '.join(keys + columns)}) {select} "
             f"ON CONFLICT ({', '.join(keys)}) DO UPDATE SET {updates}")
 
 
-def _sql_gpu_5m() -> str:
+def _sql_gpu_5m(expanded: bool = False) -> str:
+    """``expanded``: the compacted samples of the range (``compact.expand``'s temporary table) are read beside
+    the raw table."""
     bucket = _bucket("ts", 300)
+    source = "telemetry_sample"
+    if expanded:
+        columns = "ts, gpu_id, gpu_temp_c, mem_temp_c, tlimit_c, power_w, sm_clock_mhz, throttle_mask"
+        source = (f"(SELECT {columns} FROM telemetry_sample UNION ALL SELECT {columns} "
+                  f"FROM {compact.EXPANDED}) s")
     samples = (
         f"SELECT gpu_id, {bucket} AS bucket, count(*) AS n, min(gpu_temp_c) AS tmin, avg(gpu_temp_c) AS tavg, "
         "max(gpu_temp_c) AS tmax, max(mem_temp_c) AS mmax, min(tlimit_c) AS lmin, min(power_w) AS pmin, "
         "avg(power_w) AS pavg, max(power_w) AS pmax, avg(sm_clock_mhz) AS clk, "
         f"sum(CASE WHEN (throttle_mask & {THROTTLE_HW_MASK}) <> 0 THEN 1 ELSE 0 END) AS thr "
-        "FROM telemetry_sample WHERE ts >= %s AND ts < %s GROUP BY 1, 2"
+        f"FROM {source} WHERE ts >= %s AND ts < %s GROUP BY 1, 2"
     )
     counters = (f"SELECT gpu_id, {bucket} AS bucket, " + ", ".join(f"sum({d}) AS {d}" for d in DELTAS)
                 + " FROM telemetry_counter WHERE ts >= %s AND ts < %s GROUP BY 1, 2")
@@ -84,7 +92,7 @@ def _sql_gpu_5m() -> str:
         f"FROM ({samples}) r FULL JOIN ({counters}) c USING (gpu_id, bucket) "
         f"FULL JOIN ({xids}) x USING (gpu_id, bucket)"
     )
-    return _upsert("telemetry_rollup5m", ("gpu_id", "bucket"), GPU_COLUMNS, select)
+    return upsert_sql("telemetry_rollup5m", ("gpu_id", "bucket"), GPU_COLUMNS, select)
 
 
 def _weighted(column: str) -> str:
@@ -100,7 +108,7 @@ def _sql_gpu_1h() -> str:
         + ", ".join(f"sum({d})" for d in DELTAS) + ", sum(hw_xid_count) "
         "FROM telemetry_rollup5m WHERE bucket >= %s AND bucket < %s GROUP BY 1, 2"
     )
-    return _upsert("telemetry_rollup1h", ("gpu_id", "bucket"), GPU_COLUMNS, select)
+    return upsert_sql("telemetry_rollup1h", ("gpu_id", "bucket"), GPU_COLUMNS, select)
 
 
 def _sql_group(source: str, target: str) -> str:
@@ -114,7 +122,7 @@ def _sql_group(source: str, target: str) -> str:
             f"FROM {source} r JOIN inventory_gpu g ON g.id = r.gpu_id "
             f"WHERE r.bucket >= %s AND r.bucket < %s AND g.{column} IS NOT NULL GROUP BY g.{column}, r.bucket"
         )
-    return _upsert(target, ("level", "group_id", "bucket"), GROUP_COLUMNS, " UNION ALL ".join(parts))
+    return upsert_sql(target, ("level", "group_id", "bucket"), GROUP_COLUMNS, " UNION ALL ".join(parts))
 
 
 def _days(start: dt.datetime, end: dt.datetime) -> set[dt.date]:
@@ -131,10 +139,17 @@ def rollup_5m(*, start: dt.datetime, end: dt.datetime) -> int:
         return 0
     partitions_ensure(tables=ROLLUP_TABLES, days=_days(start, end))
     with connection.cursor() as cursor:
-        cursor.execute(_sql_gpu_5m(), _params(start, end) * 3)
+        expanded = compact.expand(start, end)  # compacted days in the range: read beside the raw rows
+        cursor.execute(_sql_gpu_5m(expanded), _params(start, end) * 3)
         written = cursor.rowcount
         cursor.execute(_sql_group("telemetry_rollup5m", "telemetry_rollupgroup5m"), _params(start, end) * 3)
     return written
+
+
+def rollup_groups_1h(*, start: dt.datetime, end: dt.datetime) -> None:
+    """The rack, row and site rows of the hours in [start, end) from the per-GPU hourly rows."""
+    with connection.cursor() as cursor:
+        cursor.execute(_sql_group("telemetry_rollup1h", "telemetry_rollupgroup1h"), _params(start, end) * 3)
 
 
 def rollup_1h(*, start: dt.datetime, end: dt.datetime) -> int:

@@ -13,6 +13,8 @@ BEAT_SCHEDULE: dict[str, dict] = {
     "telemetry-rollup": {"task": "telemetry.tasks.telemetry_rollup_task", "schedule": 60.0},
     # Creates partitions ahead, drops expired ones.
     "telemetry-partitions": {"task": "telemetry.tasks.telemetry_partitions_task", "schedule": 3600.0},
+    # Compacts raw days older than FLEET_TELEMETRY_COMPACT_AFTER_DAYS into one row per GPU and day.
+    "telemetry-compact": {"task": "telemetry.tasks.telemetry_compact_task", "schedule": 3600.0},
     # Raises, refreshes and clears health flags (RMA criteria, error-rate and thermal outliers), set-based.
     "health-evaluate": {"task": "telemetry.tasks.health_evaluate_task", "schedule": 300.0},
 }

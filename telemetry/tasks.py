@@ -12,7 +12,7 @@ from django.utils import timezone
 from fleet import dispatch
 from fleet.audit import audit_source
 from fleet.models import AuditSource
-from telemetry import partitions, rollup, services
+from telemetry import compact, partitions, rollup, services
 from telemetry.health import health_evaluate
 from telemetry.models import IngestSource
 
@@ -21,6 +21,8 @@ from telemetry.models import IngestSource
 def telemetry_scrape_task() -> int:
     """Beat, every 30 s: claim the due scrape sources and send them in groups of ``services.SCRAPE_GROUP``
     (256) per message; each group task fetches its sources concurrently and writes once."""
+    if settings.FLEET_TELEMETRY_BACKEND == "prometheus":
+        return 0  # the store's own scrapers read the exporters: Fleet does not scrape them a second time
     ids = services.scrape_claim(now=timezone.now(), limit=settings.FLEET_TELEMETRY_SCRAPE_IN_FLIGHT)
     for start in range(0, len(ids), services.SCRAPE_GROUP):
         group = ids[start:start + services.SCRAPE_GROUP]
@@ -50,7 +52,11 @@ def telemetry_merge_task() -> dict[str, int]:
 @shared_task
 def telemetry_rollup_task() -> dict[str, int]:
     """Beat, every minute: merge the inbox, then roll up the complete 5-minute buckets and hours after the
-    watermarks."""
+    watermarks. With the prometheus backend: pull latest values, XID events and complete hours from the store."""
+    if settings.FLEET_TELEMETRY_BACKEND == "prometheus":
+        from telemetry.pull import pull_tick
+
+        return pull_tick(now=timezone.now())
     return rollup.rollup_tick(now=timezone.now(), grace=dt.timedelta(seconds=settings.FLEET_TELEMETRY_ROLLUP_GRACE))
 
 
@@ -61,6 +67,15 @@ def telemetry_partitions_task() -> dict[str, list[str]]:
                                           ahead_days=settings.FLEET_TELEMETRY_PARTITIONS_AHEAD,
                                           raw_days=settings.FLEET_TELEMETRY_RAW_DAYS,
                                           rollup_days=settings.FLEET_TELEMETRY_5M_DAYS)
+
+
+@shared_task
+def telemetry_compact_task() -> dict[str, Any]:
+    """Beat, hourly: compact the raw days older than FLEET_TELEMETRY_COMPACT_AFTER_DAYS (embedded store)."""
+    if settings.FLEET_TELEMETRY_BACKEND == "prometheus":
+        return {"days": []}
+    done = compact.compact_due()
+    return {"days": [d.isoformat() for d in done.days], "gpu_days": done.gpu_days, "samples": done.samples}
 
 
 @shared_task

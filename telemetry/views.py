@@ -27,25 +27,28 @@ from fleet.views import (
 from inventory import selectors as inventory_selectors
 from inventory.lifecycle import allowed_targets
 from inventory.models import Gpu, GpuState, Rack
-from telemetry import charts
+from telemetry import charts, selectors
 from telemetry.filters import health_filter
 from telemetry.health import ACTIONS, evidence_text, health_flag_act
 from telemetry.health_selectors import FLAG_RELATED, gpu_open_flags
 from telemetry.models import HealthFlag
 
-HEATMAP_METRICS = {"gpu_temp": "GPU temperature (°C)", "power": "Power (W)", "health": "Health flags"}
+# The page's metric menu: these telemetry metrics, then every registered layer (selectors.HEATMAP_LAYERS).
+PAGE_METRICS = ("gpu_temp", "power")
 
 
 # --- heatmap ------------------------------------------------------------------------------------------------
 
 @viewer_required
 def heatmap(request: HtmxHttpRequest) -> HttpResponse:
+    labels = selectors.heatmap_labels()
+    metrics = {name: labels[name] for name in (*PAGE_METRICS, *selectors.HEATMAP_LAYERS)}
     metric = request.GET.get("metric", "gpu_temp")
-    if metric not in HEATMAP_METRICS:
+    if metric not in metrics:
         metric = "gpu_temp"
     context = {
         "metric": metric,
-        "metrics": HEATMAP_METRICS,
+        "metrics": metrics,
         "data_url": reverse("api:telemetry-heatmap"),
         "frames_url": reverse("api:telemetry-heatmap-frames"),
         "gpu_panel_url": reverse("telemetry-heatmap-gpu", args=[0]).removesuffix("0/"),

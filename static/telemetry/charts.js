@@ -35,7 +35,9 @@
     var url = base + "?scope=" + scope + "&id=" + id + "&metric=" + metric +
       "&start=" + new Date(start * 1000).toISOString() + "&end=" + new Date(end * 1000).toISOString() + "&resolution=auto";
     return fetch(url, { credentials: "same-origin", headers: { Accept: "application/json" } }).then(function (r) {
-      if (!r.ok) throw new Error(metric + ": HTTP " + r.status);
+      if (!r.ok) return r.json().catch(function () { return {}; }).then(function (body) {
+        throw new Error(body.detail || (metric + ": HTTP " + r.status));  // e.g. the history store is down
+      });
       return r.json();
     }).then(function (json) {
       var h = parseHistory(json);

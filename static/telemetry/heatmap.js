@@ -348,7 +348,9 @@
   // --- loading ------------------------------------------------------------------------------------------
   function getJson(url) {
     return fetch(url, { credentials: "same-origin", headers: { Accept: "application/json" } }).then(function (r) {
-      if (!r.ok) throw new Error(url + ": HTTP " + r.status);
+      if (!r.ok) return r.json().catch(function () { return {}; }).then(function (body) {
+        throw new Error(body.detail || (url + ": HTTP " + r.status));  // e.g. the history store is down
+      });
       return r.json();
     });
   }

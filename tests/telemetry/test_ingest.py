@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import datetime as dt
 import io
+import os
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
 from django.core.management import CommandError, call_command
@@ -18,9 +20,9 @@ from fleet import dispatch
 from telemetry import demo, partitions, services, tasks
 from telemetry.models import GpuLatest, IngestKind, IngestSource, XidEvent
 from telemetry.sample import TelemetryParseError
-from telemetry.synth import dcgm_text_for
 from tests import factories
 from tests.samples import SAMPLES
+from world.dcgm_exporter import dcgm_text_for
 
 pytestmark = pytest.mark.django_db
 
@@ -303,7 +305,8 @@ def test_scrape_beat_task_sends_the_claimed_sources_in_groups(monkeypatch, djang
     assert sorted(i for group in sent for i in group) == sorted(ids)
 
 
-def test_demo_backfill_writes_history_and_registers_the_exporter():
+def test_demo_backfill_writes_history_and_registers_the_exporter(settings, tmp_path):
+    settings.VAR_DIR = tmp_path
     rack = factories.rack()
     servers = [factories.server(rack, rack_unit=2 + 8 * i) for i in range(2)]
     for server in servers:
@@ -317,6 +320,9 @@ def test_demo_backfill_writes_history_and_registers_the_exporter():
     assert Rollup5m.objects.count() == 4 * 24
     assert RollupGroup5m.objects.filter(level="rack", group_id=rack.pk).count() == 24
     assert IngestSource.objects.get(name="demo-exporter").url == "http://127.0.0.1:9400/metrics"
+    listed = (tmp_path / "demo-exporter-gpus.csv").read_text().splitlines()  # the demo exporter's GPU list
+    assert sorted(line.split(",")[0] for line in listed) == sorted(
+        g.uuid for server in servers for g in server.gpus.all())
 
 
 # --- many bodies, one write ---------------------------------------------------------------------------------------
@@ -401,22 +407,40 @@ def test_demo_backfill_has_a_few_problem_gpus_that_health_flags(demo_rack):
 
 
 @pytest.mark.sqlite
-def test_demo_exporter_continues_the_backfill(demo_rack):
-    """A scrape of the demo exporter right after the backfill: the same band (no cliff at the present), the same
-    counters and last XIDs (no new XID event, no counter change except the GPU with an ECC error every 100 min)."""
-    from telemetry.synth import demo_fleet
+def test_demo_exporter_continues_the_backfill(demo_rack, settings, tmp_path):
+    """The Procfile's exporter (``python -m world.dcgm_exporter --gpus-file ... --demo``, a real process reading
+    the GPU list the backfill wrote) scraped right after the backfill: the same band (no cliff at the present),
+    the same counters and last XIDs (no new XID event, no counter change except the GPU with an ECC error every
+    100 min)."""
+    import subprocess
+    import sys
+    import urllib.request
 
+    from telemetry import synth
+
+    settings.VAR_DIR = tmp_path
     roles, servers = demo_rack
     now = timezone.now()
     demo.telemetry_demo_backfill(hours=2, now=now)
     before = {latest.gpu_id: latest for latest in GpuLatest.objects.all()}
     events = XidEvent.objects.count()
-    gpus = [(gpu.uuid, server.hostname, gpu.pci_bus_id, "NVIDIA H100 80GB HBM3")
-            for server in servers for gpu in server.gpus.order_by("id")]
-    body = dcgm_text_for(gpus, seed=7, health_fields=True, demo=demo_fleet([gpu[0] for gpu in gpus]))
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    # The exporter process must see the same 32-GPU problem share as this test's fleet.
+    code = (f"import telemetry.synth as s; s.DEMO_PROBLEM_SHARE = {synth.DEMO_PROBLEM_SHARE!r}; "
+            "from world.dcgm_exporter.__main__ import main; main()")
+    process = subprocess.Popen([sys.executable, "-c", code, "--port", "0", "--demo", "--gpus-file",  # noqa: S603
+                                str(tmp_path / "demo-exporter-gpus.csv")], env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        url = process.stdout.readline().split(" on ")[-1].strip()
+        with urllib.request.urlopen(url, timeout=30) as response:  # noqa: S310 - the exporter we started
+            body = response.read()
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
     services.telemetry_ingest(source=source("demo"), content=body, fmt="prometheus")
     services.telemetry_merge()
     assert XidEvent.objects.count() == events
+    assert GpuLatest.objects.filter(ts__gt=now).count() == 32
     for latest in GpuLatest.objects.all():
         old = before[latest.gpu_id]
         assert abs(latest.gpu_temp_c - old.gpu_temp_c) <= 6, roles[latest.gpu_id]

@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from telemetry import prom, synth
+from telemetry import prom
 from telemetry.dcgm import (
     FIELDS,
     THROTTLE_HW_MASK,
@@ -20,6 +20,7 @@ from telemetry.kernel import parse_kernel_log
 from telemetry.parse import parse_telemetry
 from telemetry.sample import TelemetryParseError
 from tests.samples import SAMPLES
+from world import dcgm_exporter as synth
 
 FIXTURES = SAMPLES
 NOW = datetime(2026, 7, 14, 12, 0, tzinfo=UTC)
