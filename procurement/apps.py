@@ -9,3 +9,6 @@ class ProcurementConfig(AppConfig):
         from procurement.panels import panels_register
 
         panels_register()
+        from procurement.approvals import approvals_register
+
+        approvals_register()

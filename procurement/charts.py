@@ -8,7 +8,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
 W, H, PAD_L, PAD_B, PAD_T, PAD_R = 760, 240, 44, 28, 12, 12
-COLORS = ["#2563eb", "#dc2626", "#9ca3af", "#6b7280", "#16a34a", "#d97706", "#7c3aed"]
+COLORS = ["#2563eb", "#dc2626", "#9ca3af", "#6b7280", "#16a34a", "#d97706", "#7c3aed", "#0891b2", "#be185d"]
 
 
 @dataclass
@@ -50,9 +50,9 @@ def line_chart(labels: list[str], series: list[Series], *, title: str) -> SafeSt
             if s.step and points:
                 points.append(f"{x(i):.1f},{float(points[-1].split(',')[1]):.1f}")
             points.append(f"{x(i):.1f},{y(v):.1f}")
-        parts.append(format_html('<polyline fill="none" stroke="{}" stroke-width="{}" {} points="{}"/>', color,
-                                 1.2 if s.dashed else 2, mark_safe('stroke-dasharray="4 3"') if s.dashed else "",
-                                 " ".join(points)))
+        parts.append(format_html('<polyline data-series="{}" fill="none" stroke="{}" stroke-width="{}" {} points="{}"/>',
+                                 s.name, color, 1.2 if s.dashed else 2,
+                                 mark_safe('stroke-dasharray="4 3"') if s.dashed else "", " ".join(points)))
     legend = format_html_join("", '<span class="legend-item"><span style="display:inline-block;width:12px;height:3px;'
                               'background:{};vertical-align:middle;margin:0 4px 0 10px"></span>{}</span>',
                               ((COLORS[j % len(COLORS)], s.name) for j, s in enumerate(series)))

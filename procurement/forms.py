@@ -10,6 +10,7 @@ from django.utils import timezone
 
 from inventory.models import GpuModel, ServerPlatform, Site
 from procurement.models import Cause, EvidenceKind, OrderLine, SparesPool, Vendor
+from procurement.services.forecast import last_scored
 
 DATE = forms.DateInput(attrs={"type": "date"})
 
@@ -121,3 +122,23 @@ class PoolForm(forms.ModelForm):
     class Meta:
         model = SparesPool
         fields = ["name", "sites", "target_fill_rate"]
+
+
+class BacktestForm(forms.Form):
+    """The backtest page's window: its last origin must leave a whole lead time inside the recorded data."""
+
+    date_from = forms.DateField(widget=DATE, label="First origin")
+    date_to = forms.DateField(widget=DATE, label="Last origin")
+    lead_days = forms.IntegerField(min_value=1, max_value=730, initial=90, label="Lead time (days)")
+
+    def clean(self):  # type: ignore[no-untyped-def]
+        data = super().clean()
+        if data.get("date_from") and data.get("date_to") and data["date_to"] < data["date_from"]:
+            self.add_error("date_to", "Before the first origin.")
+        elif data.get("date_to") and data.get("lead_days"):
+            last, end = last_scored(lead_days=data["lead_days"])
+            if data["date_to"] > last:
+                self.add_error("date_to", f"{data['date_to']} runs past the data: the history ends {end}, so with a "
+                                          f"{data['lead_days']}-day lead time the last date that can be scored is "
+                                          f"{last}.")
+        return data

@@ -21,6 +21,7 @@ from procurement.models import (
     OrderStatus,
     PurchaseOrder,
     RmaCase,
+    ServerAsset,
     SparesPool,
     Vendor,
 )
@@ -53,6 +54,28 @@ def delivery_list(*, order: PurchaseOrder | None = None) -> QuerySet[Delivery]:
     if order is not None:
         qs = qs.filter(order=order)
     return qs.order_by("-received_on", "-id")
+
+
+DELIVERY_ITEMS_SHOWN = 200
+
+
+def delivery_items(deliveries: QuerySet[Delivery]) -> list[Delivery]:
+    """Deliveries with what each created: ``d.created_gpus`` and ``d.created_servers`` (the first
+    :data:`DELIVERY_ITEMS_SHOWN` of each, by id), two queries for the lot."""
+    deliveries = list(deliveries)
+    ids = [d.pk for d in deliveries]
+    gpus: dict[int, list[Any]] = {}
+    for asset in (GpuAsset.objects.filter(delivery_id__in=ids).select_related("gpu").order_by("gpu__serial", "id")
+                  [:DELIVERY_ITEMS_SHOWN * max(len(ids), 1)]):
+        gpus.setdefault(asset.delivery_id, []).append(asset.gpu)
+    servers: dict[int, list[Any]] = {}
+    for asset in (ServerAsset.objects.filter(delivery_id__in=ids).select_related("server").order_by("id")
+                  [:DELIVERY_ITEMS_SHOWN * max(len(ids), 1)]):
+        servers.setdefault(asset.delivery_id, []).append(asset.server)
+    for d in deliveries:
+        d.created_gpus = gpus.get(d.pk, [])[:DELIVERY_ITEMS_SHOWN]  # type: ignore[attr-defined]
+        d.created_servers = servers.get(d.pk, [])[:DELIVERY_ITEMS_SHOWN]  # type: ignore[attr-defined]
+    return deliveries
 
 
 def lead_time_observed() -> list[dict[str, Any]]:

@@ -9,6 +9,7 @@ urlpatterns = [
     path("procurement/orders/new/", orders.order_new, name="procurement-order-new"),
     path("procurement/orders/<int:pk>/", orders.order_detail, name="procurement-order"),
     path("procurement/orders/<int:pk>/approve/", orders.order_approve, name="procurement-order-approve"),
+    path("procurement/orders/<int:pk>/reject/", orders.order_reject, name="procurement-order-reject"),
     path("procurement/orders/<int:pk>/receive/", orders.order_receive, name="procurement-order-receive"),
     path("procurement/rma/", rma.rma_list, name="procurement-rma-list"),
     path("procurement/rma/new/<int:gpu_id>/", rma.rma_new, name="procurement-rma-new"),

@@ -117,8 +117,8 @@ class PurchaseOrderSerializer(serializers.ModelSerializer):
     class Meta:
         model = PurchaseOrder
         fields = ["id", "vendor", "reference", "ordered_on", "promised_on", "currency", "status", "note", "lines",
-                  "created_at"]
-        read_only_fields = ["status", "created_at"]
+                  "rejection_reason", "created_at"]
+        read_only_fields = ["status", "rejection_reason", "created_at"]
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         if attrs["promised_on"] < attrs["ordered_on"]:
@@ -126,6 +126,10 @@ class PurchaseOrderSerializer(serializers.ModelSerializer):
         if not attrs.get("lines"):
             raise serializers.ValidationError({"lines": ["An order needs at least one line."]})
         return attrs
+
+
+class RejectSerializer(serializers.Serializer):
+    reason = serializers.CharField(max_length=500, help_text="Why the order is rejected (the buyer reads it)")
 
 
 class ReceiveSerializer(serializers.Serializer):
@@ -281,12 +285,31 @@ class BacktestOriginSerializer(serializers.Serializer):
     model = serializers.CharField()
     site = serializers.CharField(allow_null=True)
     pool = serializers.CharField(required=False)
-    recommended = serializers.IntegerField()
+    recommended = serializers.IntegerField(help_text="The stock the policy held: the forecast's, sized by calibration")
+    forecast = serializers.IntegerField(help_text="The forecast's own stock, before calibration")
+    sizing = serializers.CharField(help_text="What calibration picked as of this origin (forecast x k, or a rule)")
     demand = serializers.IntegerField()
     installed = serializers.IntegerField()
     rate = serializers.FloatField()
     alert = serializers.BooleanField()
     rules = serializers.DictField(child=serializers.IntegerField())
+
+
+class CalibrationSerializer(serializers.Serializer):
+    name = serializers.CharField()
+    kind = serializers.ChoiceField(choices=["forecast", "rule"])
+    value = serializers.FloatField()
+    scored = serializers.IntegerField(help_text="Lead-time windows over before the origin that it learned from")
+    fill = serializers.FloatField(allow_null=True)
+    stock = serializers.FloatField(allow_null=True)
+    base_fill = serializers.FloatField(allow_null=True)
+    base_stock = serializers.FloatField(allow_null=True)
+
+
+class VerdictSerializer(serializers.Serializer):
+    winner = serializers.CharField()
+    reached = serializers.BooleanField()
+    text = serializers.CharField()
 
 
 class BacktestSerializer(serializers.Serializer):
@@ -298,3 +321,7 @@ class BacktestSerializer(serializers.Serializer):
     lead_days = serializers.IntegerField()
     method = serializers.CharField()
     rules = serializers.DictField(child=RuleScoreSerializer())
+    uncalibrated = RuleScoreSerializer(help_text="The forecast's own stock, before calibration")
+    last_scored = serializers.DateField(help_text="The last origin whose lead time lies in the recorded data")
+    calibration = serializers.DictField(child=CalibrationSerializer(), help_text="Per model, as of the last origin")
+    verdict = VerdictSerializer()

@@ -79,7 +79,7 @@ class PurchaseOrderViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mix
     serializer_class = s.PurchaseOrderSerializer
     filterset_class = OrderFilter
     pagination_class = NewestFirstCursorPagination
-    required_roles = {"approve": APPROVER}
+    required_roles = {"approve": APPROVER, "reject": APPROVER}
 
     def get_queryset(self) -> QuerySet:
         return selectors.order_list()
@@ -95,6 +95,16 @@ class PurchaseOrderViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mix
     def approve(self, request: Request, pk: str | None = None) -> Response:
         """Approve an order awaiting approval. Approver."""
         order = order_services.order_approve(order=self.get_object(), actor=request.user)
+        return Response(s.PurchaseOrderSerializer(selectors.order_list().get(pk=order.pk)).data)
+
+    @extend_schema(request=s.RejectSerializer, responses=s.PurchaseOrderSerializer)
+    @action(detail=True, methods=["post"])
+    def reject(self, request: Request, pk: str | None = None) -> Response:
+        """Reject an order awaiting approval with a reason (it is cancelled). Approver."""
+        body = s.RejectSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        order = order_services.order_reject(order=self.get_object(), actor=request.user,
+                                            reason=body.validated_data["reason"])
         return Response(s.PurchaseOrderSerializer(selectors.order_list().get(pk=order.pk)).data)
 
     @extend_schema(request=s.ReceiveSerializer, responses={201: s.DeliverySerializer})
@@ -259,4 +269,7 @@ class BacktestView(FlatErrors, APIView):
                                    for k in unknown})
         body = s.BacktestQuerySerializer(data=request.query_params.dict())
         body.is_valid(raise_exception=True)
-        return Response(forecast_services.backtest_run(**body.validated_data))
+        try:
+            return Response(forecast_services.backtest_run(**body.validated_data))
+        except forecast_services.BacktestWindowError as exc:
+            raise ValidationError({"date_to": [str(exc)]}) from exc

@@ -4,12 +4,19 @@ are scored the same way.
 
 Achieved fill rate is ``sum(min(demand, stock)) / sum(demand)`` over the origins: the share of the failures of
 each lead-time window that a stock of that size, on hand at the origin, would have covered.
+
+Calibration (``choose``): the recommended stock learns from its own past errors. At each origin, the windows
+already over before it (origin + lead time <= this origin) score candidate sizings: the forecast's stock times a
+scale (``SCALES``) and the fixed rules (``RULES``); the candidate with the least mean stock whose past fill reaches
+the target (plus ``MARGIN``) is used at this origin; the last ``CALIBRATION_MONTHS`` windows count. With fewer
+than ``MIN_SCORED`` scored windows the forecast is used as it is. Nothing after the origin is read: the windows scored end before it.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -18,6 +25,10 @@ from procurement.forecasting.engine import ADAPTIVE, History, Method, cell_stats
 
 RULES = (1, 2, 3, 4, 5)  # percent of the installed base
 EPOCH = dt.date(1970, 1, 1)
+SCALES = (1.0, 1.1, 1.25, 1.5)  # of the forecast's stock (never below it: see docs/procurement.md)
+MIN_SCORED = 12  # scored windows before calibration starts
+MARGIN = 0.03  # over the target: the past fill a candidate needs (the next windows are not the past ones)
+CALIBRATION_MONTHS = 24  # calibration learns from the last 24 windows over (monthly origins)
 
 
 def day(d: dt.date) -> int:
@@ -53,6 +64,83 @@ def score(stock: np.ndarray, demand: np.ndarray) -> PolicyScore:
     return PolicyScore(fill, float(stock.mean()) if len(stock) else 0.0, int((demand > stock).sum()))
 
 
+@dataclass(frozen=True)
+class Choice:
+    """The sizing calibration chose as of an origin, and how the candidates did on the windows before it."""
+
+    name: str  # "forecast", "forecast x 0.8", "3% rule"
+    kind: str  # forecast | rule
+    value: float  # the scale or the percent
+    scored: int  # windows scored
+    fill: float | None = None  # the chosen candidate's past fill and mean stock
+    stock: float | None = None
+    base_fill: float | None = None  # the forecast's own (scale 1)
+    base_stock: float | None = None
+
+    def apply(self, base: int | float, installed: int | float) -> int:
+        if self.kind == "rule":
+            return math.ceil(installed * self.value / 100)
+        return math.ceil(base * self.value - 1e-9)
+
+    def as_dict(self) -> dict[str, object]:
+        r = lambda v, n: None if v is None else round(v, n)  # noqa: E731
+        return {"name": self.name, "kind": self.kind, "value": self.value, "scored": self.scored,
+                "fill": r(self.fill, 4), "stock": r(self.stock, 2), "base_fill": r(self.base_fill, 4),
+                "base_stock": r(self.base_stock, 2)}
+
+
+AS_IS = Choice("forecast", "forecast", 1.0, 0)
+
+
+def _candidates() -> list[Choice]:
+    out = [Choice("forecast" if k == 1.0 else f"forecast x {k:g}", "forecast", k, 0) for k in SCALES]
+    return out + [Choice(f"{k}% rule", "rule", float(k), 0) for k in RULES]
+
+
+def choose(base: np.ndarray, installed: np.ndarray, demand: np.ndarray, *, target: float) -> Choice:
+    """The sizing with the least mean stock whose fill over the scored windows (``base``: the forecast's stock,
+    ``installed``, ``demand``: per window, all over before the origin) reaches ``target + MARGIN``; else the one
+    with the highest fill. The forecast as it is with fewer than ``MIN_SCORED`` windows or no demand yet."""
+    n = len(base)
+    if n < MIN_SCORED or demand.sum() <= 0:
+        return Choice("forecast", "forecast", 1.0, n)
+    scored = []
+    for c in _candidates():
+        stock = np.array([c.apply(b, i) for b, i in zip(base, installed, strict=True)], float)
+        scored.append((c, score(stock, demand)))
+    own = next(sc for c, sc in scored if c.kind == "forecast" and c.value == 1.0)
+    ok = [(c, sc) for c, sc in scored if sc.fill_rate >= target + MARGIN - 1e-12]
+    if ok:
+        best, sc = min(ok, key=lambda x: (x[1].mean_stock, x[0].kind != "forecast", abs(x[0].value - 1)))
+    else:  # nothing reached it: the highest fill (tried: the largest scale of the forecast; demo 12.3, bench 0.948)
+        best, sc = max(scored, key=lambda x: (x[1].fill_rate, -x[1].mean_stock))
+    return Choice(best.name, best.kind, best.value, n, sc.fill_rate, sc.mean_stock, own.fill_rate,
+                  own.mean_stock)
+
+
+def sized(choice: Choice, base: int | float, installed: int | float, alert: bool) -> int:
+    """The stock ``choice`` gives at an origin; while the forecast raises an alert (a rate change no past window
+    shows) never less than the forecast's own."""
+    stock = choice.apply(base, installed)
+    return max(stock, math.ceil(base)) if alert and GUARD else stock
+
+
+GUARD = False  # tried: holding the forecast's stock while it alerts cost stock and no fill (docs/procurement.md)
+
+
+def calibrated(base: np.ndarray, installed: np.ndarray, demand: np.ndarray, days: np.ndarray, *, lead_days: int,
+               target: float, alerts: np.ndarray | None = None) -> tuple[np.ndarray, list[Choice]]:
+    """Per origin (``days``, ascending), the stock of the sizing ``choose`` picks from the windows over before it."""
+    stock, choices = [], []
+    alerts = alerts if alerts is not None else np.zeros(len(base), bool)
+    for i, o in enumerate(days):
+        past = np.flatnonzero(days + lead_days <= o)[-CALIBRATION_MONTHS:]
+        c = choose(base[past], installed[past], demand[past], target=target)
+        choices.append(c)
+        stock.append(sized(c, base[i], installed[i], bool(alerts[i])))
+    return np.array(stock, float), choices
+
+
 @dataclass
 class Backtest:
     origins: list[dict]
@@ -61,31 +149,74 @@ class Backtest:
     method: str
     lead_days: int
     target: float
+    uncalibrated: PolicyScore | None = None
+    choice: Choice = AS_IS  # calibration's choice as of the last origin
 
     def as_dict(self) -> dict:
         return {"origins": self.origins, "fill_rate": round(self.policy.fill_rate, 4),
                 "mean_stock": round(self.policy.mean_stock, 2), "stockout_windows": self.policy.stockout_windows,
                 "method": self.method, "lead_days": self.lead_days, "target_fill_rate": self.target,
-                "rules": {k: v.as_dict() for k, v in self.rules.items()}}
+                "rules": {k: v.as_dict() for k, v in self.rules.items()},
+                "uncalibrated": self.uncalibrated.as_dict() if self.uncalibrated else None,
+                "calibration": self.choice.as_dict()}
 
 
 def backtest(h: History, cell_mask: np.ndarray, *, origins: list[dt.date], lead_days: int, target: float,
-             method: Method = ADAPTIVE, label: dict | None = None) -> Backtest:
-    """Roll the forecast over ``origins`` for the scope ``cell_mask`` selects (pooled)."""
+             method: Method = ADAPTIVE, label: dict | None = None, calibrate: bool = True,
+             infant_rate: float | None = None, infant_weight: float = 1.0,
+             forecast_at: Callable[[dt.date], tuple[int, int, float, bool]] | None = None,
+             demand_of: Callable[[dt.date], int] | None = None) -> Backtest:
+    """Roll the forecast over ``origins`` for the scope ``cell_mask`` selects (pooled).
+
+    With ``calibrate``, the recommended stock at each origin is the sizing ``choose`` learns from the windows over
+    before it; the forecast is also rolled over up to ``CALIBRATION_MONTHS`` monthly origins before the first
+    (when the history reaches back) so that calibration has windows to learn from. ``forecast_at`` (origin ->
+    recommended, installed, rate, alert) and ``demand_of`` replace the engine's reads of ``h`` (the service
+    passes them for a site or pool, whose placement it reloads as of each origin)."""
     sub = h.subset(cell_mask)
-    rows, stock, demand, installed = [], [], [], []
+    reported = len(origins)
+    if calibrate and origins:
+        first = int(sub.start.min()) if len(sub.start) else day(origins[0])
+        early = [o for o in month_starts(EPOCH + dt.timedelta(days=first + lead_days), origins[0])
+                 if o < origins[0]][-CALIBRATION_MONTHS:]
+        origins = early + list(origins)
+    rows, base, demand, installed = [], [], [], []
     for origin in origins:
         o = day(origin)
-        stats = cell_stats(sub, as_of=o, lead_days=lead_days, method=method)
-        f = scope_forecast(stats, cell_mask, target=target, method=method)
-        d = int(((sub.fail_day >= o) & (sub.fail_day < o + lead_days)).sum())
-        rows.append({"as_of": origin.isoformat(), **(label or {}), "recommended": f.recommended, "demand": d,
-                     "installed": f.installed, "rate": round(f.rate, 5), "alert": bool(f.alert)})
-        stock.append(f.recommended)
+        if forecast_at is not None:
+            rec, inst, rate, alert = forecast_at(origin)
+        else:
+            stats = cell_stats(sub, as_of=o, lead_days=lead_days, method=method)
+            f = scope_forecast(stats, cell_mask, target=target, method=method, infant_rate=infant_rate,
+                               infant_weight=infant_weight)
+            rec, inst, rate, alert = f.recommended, f.installed, f.rate, bool(f.alert)
+        d = demand_of(origin) if demand_of is not None else int(
+            ((sub.fail_day >= o) & (sub.fail_day < o + lead_days)).sum())
+        rows.append({"as_of": origin.isoformat(), **(label or {}), "forecast": rec, "demand": d,
+                     "installed": inst, "rate": round(rate, 5), "alert": bool(alert)})
+        base.append(rec)
         demand.append(d)
-        installed.append(f.installed)
-    s, dm, inst = np.array(stock, float), np.array(demand, float), np.array(installed, float)
-    rules = {f"{k}%": score(np.ceil(inst * k / 100), dm) for k in RULES}
-    for row, n in zip(rows, inst, strict=True):
+        installed.append(inst)
+    b, dm, inst = np.array(base, float), np.array(demand, float), np.array(installed, float)
+    days = np.array([day(o) for o in origins], float)
+    if calibrate:
+        stock, choices = calibrated(b, inst, dm, days, lead_days=lead_days, target=target,
+                                    alerts=np.array([r["alert"] for r in rows], bool))
+    else:
+        stock, choices = b, [AS_IS] * len(b)
+    for row, n, st, c in zip(rows, inst, stock, choices, strict=True):
+        row["recommended"] = int(st)
+        row["sizing"] = c.name
         row["rules"] = {f"{k}%": math.ceil(n * k / 100) for k in RULES}
-    return Backtest(rows, score(s, dm), rules, method.name, lead_days, target)
+    keep = slice(len(rows) - reported, None)
+    rows, b, dm, inst, stock = rows[keep], b[keep], dm[keep], inst[keep], stock[keep]
+    rules = {f"{k}%": score(np.ceil(inst * k / 100), dm) for k in RULES}
+    return Backtest(rows, score(stock, dm), rules, method.name, lead_days, target, score(b, dm),
+                    choices[-1] if choices else AS_IS)
+
+
+def dominated_by(result: dict) -> list[str]:
+    """The fixed rules that reach the target fill with less mean stock than the policy (the backtest's dict)."""
+    target = result["target_fill_rate"]
+    return [k for k, r in result["rules"].items()
+            if r["fill_rate"] >= target and r["mean_stock"] < result["mean_stock"]]

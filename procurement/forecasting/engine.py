@@ -204,8 +204,11 @@ def _trend(counts: np.ndarray, exposure: np.ndarray, *, ahead: float) -> float |
 
 
 def scope_forecast(s: CellStats, cell_mask: np.ndarray, *, target: float, method: Method = ADAPTIVE,
-                   ) -> ScopeForecast:
-    """The forecast of one scope: the cells ``cell_mask`` selects, pooled."""
+                   infant_rate: float | None = None, infant_weight: float = 1.0) -> ScopeForecast:
+    """The forecast of one scope: the cells ``cell_mask`` selects, pooled. ``infant_rate`` (failures per GPU-year
+    in the youngest age band, measured by acceptance: procurement.services.infant) is what the youngest band's
+    strata shrink to instead of the scope's all-ages rate, with the weight of the ``infant_weight`` early failures
+    it was measured on."""
     counts = s.counts[cell_mask].sum(axis=0)
     exposure = s.exposure[cell_mask].sum(axis=0)
     installed = float(s.installed[cell_mask].sum())
@@ -221,6 +224,10 @@ def scope_forecast(s: CellStats, cell_mask: np.ndarray, *, target: float, method
         wf, we = float(fail.sum()), float(expo.sum())
         scope_rate = (a + wf) / (a / prior + we)
         rates = (a + fail) / (a / scope_rate + expo)  # each stratum shrunk to the scope's weighted rate
+        if infant_rate is not None and infant_rate > 0:
+            young = np.arange(len(rates)) % N_BANDS == 0
+            w = max(infant_weight, a)
+            rates[young] = (w + fail[young]) / (w / infant_rate + expo[young])
         mean = float((rates * now).sum()) * lead_years
         rate = mean / (installed * lead_years) if installed else scope_rate
         weight_failures = wf

@@ -41,6 +41,8 @@ class PurchaseOrder(models.Model):
     currency = models.CharField(max_length=3, default="USD")
     status = models.CharField(max_length=20, choices=OrderStatus.choices, default=OrderStatus.DRAFT)
     note = models.CharField(max_length=500, blank=True)
+    rejection_reason = models.CharField(max_length=500, blank=True,
+                                        help_text="Why an approver rejected the order (it is then cancelled)")
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
                                    related_name="+")
     approved_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,

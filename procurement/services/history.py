@@ -3,7 +3,12 @@
 CSV header ``serial,model,site,in_service_at,failed_at,removed_at,cause`` (optional ``batch``). Every row becomes
 a GPU with its state history at those dates (in service; failed -> ``rma``; removed -> out of the fleet,
 ``disposed``), its asset (site, batch, service dates) and its failure. The whole file or nothing: any bad row
-is reported with its line number and nothing is written. A row whose serial Fleet already holds with the same
+is reported with its line number and nothing is written.
+
+Causes are written the way vendors and tools write them: ``cause_class`` maps a label through the synonym table
+``CAUSE_SYNONYMS`` (and XID numbers through ``XID_CAUSE``) to Fleet's classes; a label it does not know is kept
+verbatim in the failure's evidence with class ``other`` and counted in the result's notice, never refused. Dates
+are ISO dates or ISO timestamps (with or without an offset; a timestamp with an offset counts on its UTC date). A row whose serial Fleet already holds with the same
 history is skipped, so importing a file twice changes nothing.
 
 Rows are written with PostgreSQL COPY (``fleet.bulk``), as inventory's importer writes its GPUs: 30,000 rows
@@ -15,6 +20,7 @@ from __future__ import annotations
 import csv
 import datetime as dt
 import io
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,9 +33,48 @@ from fleet.audit import Actor, actor_fields, audit_event, audit_write
 from fleet.models import AuditAction, AuditEvent
 from inventory.models import Gpu, GpuModel, GpuState, GpuStateChange, Site
 from procurement.models import Cause, EvidenceKind, Failure, GpuAsset
+from procurement.services.sync import XID_CAUSE
 
 REQUIRED = ("serial", "model", "site", "in_service_at", "failed_at", "removed_at", "cause")
 OPTIONAL = ("batch",)
+
+# Vendor and tool labels of a failure cause -> Fleet's class (docs/procurement.md lists them). Keys are
+# normalised: lower case, every run of spaces, "-", "_", "/" and "." read as one space.
+CAUSE_SYNONYMS: dict[str, str] = {
+    # memory: ECC double- and single-bit errors, HBM, row remapping
+    "dbe": "hbm", "double bit ecc": "hbm", "double bit ecc error": "hbm", "ecc dbe": "hbm",
+    "uncorrectable ecc": "hbm", "sbe": "hbm", "single bit ecc": "hbm", "single bit ecc error": "hbm",
+    "ecc sbe": "hbm", "ecc": "hbm", "hbm": "hbm", "memory": "hbm", "mem": "hbm", "hbm memory": "hbm",
+    "dram": "hbm", "row remap": "hbm", "row remapping": "hbm", "row remap failure": "hbm",
+    # the board left the PCIe bus; PCIe link errors are read as the same class
+    "otb": "off_bus", "off bus": "off_bus", "off the bus": "off_bus", "fell off the bus": "off_bus",
+    "fallen off the bus": "off_bus", "gpu fell off the bus": "off_bus", "off_bus": "off_bus", "pcie": "off_bus",
+    "pci e": "off_bus", "pcie error": "off_bus", "pcie link": "off_bus", "pci": "off_bus",
+    "nvlink": "nvlink", "nvlink error": "nvlink", "nvswitch": "nvlink",
+    "power": "power", "psu": "power", "power fault": "power", "power supply": "power",
+    "thermal": "thermal", "overheat": "thermal", "overheating": "thermal", "over temperature": "thermal",
+    "temperature": "thermal",
+    "gpu": "gpu", "gsp": "gpu", "gpu hang": "gpu", "sram": "gpu",
+    "other": "other", "unknown": "other",
+}
+_XID = re.compile(r"^(?:xid\s?)?(\d{1,3})$")
+
+
+def _norm(label: str) -> str:
+    return re.sub(r"[\s\-_/.]+", " ", label.strip().lower()).strip()
+
+
+def cause_class(label: str) -> tuple[str, int | None] | None:
+    """Fleet's cause class of a history's label, and its XID when the label is one; None: not a known label."""
+    key = _norm(label)
+    if key in CAUSE_SYNONYMS:
+        return CAUSE_SYNONYMS[key], None
+    if key.replace(" ", "_") in Cause.values:
+        return key.replace(" ", "_"), None
+    match = _XID.match(key)
+    if match and int(match.group(1)) in XID_CAUSE:
+        return XID_CAUSE[int(match.group(1))], int(match.group(1))
+    return None
 
 
 @dataclass
@@ -41,10 +86,25 @@ class HistoryResult:
     created_sites: list[str] = field(default_factory=list)
     created_models: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)  # "line N: field: message"
+    mapped: dict[tuple[str, str], int] = field(default_factory=dict)  # (label as written, class) -> rows
+    unknown_causes: dict[str, int] = field(default_factory=dict)  # label kept verbatim, class other -> rows
 
     @property
     def ok(self) -> bool:
         return not self.errors
+
+    @property
+    def notice(self) -> str:
+        """What the import made of the file's causes: every label it mapped, and the ones it kept as ``other``."""
+        parts = []
+        if self.mapped:
+            parts.append("causes mapped: " + ", ".join(
+                f"{label} -> {cls} ({n})" for (label, cls), n in sorted(self.mapped.items())))
+        if self.unknown_causes:
+            n = sum(self.unknown_causes.values())
+            parts.append(f"{n} failure(s) with {len(self.unknown_causes)} unknown cause label(s) kept verbatim as "
+                         "class other: " + ", ".join(f"'{k}' ({v})" for k, v in sorted(self.unknown_causes.items())))
+        return "; ".join(parts) or "no causes to map"
 
 
 @dataclass
@@ -58,17 +118,33 @@ class _Row:
     removed: dt.date | None
     cause: str
     batch: str
+    label: str = ""  # the cause as the file wrote it
+    xid: int | None = None
+
+
+def parse_day(value: str) -> dt.date | None:
+    """An ISO date, or the date of an ISO timestamp (``2024-06-01T13:45:00+02:00``, ``...Z``, or naive); a
+    timestamp with an offset counts on its UTC date. None: not a date."""
+    value = value.strip()
+    try:
+        return dt.date.fromisoformat(value)
+    except ValueError:
+        pass
+    try:
+        stamp = dt.datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return stamp.astimezone(dt.UTC).date() if stamp.tzinfo else stamp.date()
 
 
 def _date(value: str, name: str, line: int, errors: list[str]) -> dt.date | None:
     value = value.strip()
     if not value:
         return None
-    try:
-        return dt.date.fromisoformat(value)
-    except ValueError:
-        errors.append(f"line {line}: {name}: '{value}' is not a date (YYYY-MM-DD).")
-        return None
+    day = parse_day(value)
+    if day is None:
+        errors.append(f"line {line}: {name}: '{value}' is not a date (YYYY-MM-DD or an ISO timestamp).")
+    return day
 
 
 def _parse(text: str, result: HistoryResult) -> list[_Row]:
@@ -106,17 +182,21 @@ def _parse(text: str, result: HistoryResult) -> list[_Row]:
             errors.append(f"line {line}: removed_at: {removed} is before in_service_at {start}.")
         if failed and removed and removed < failed:
             errors.append(f"line {line}: removed_at: {removed} is before failed_at {failed}.")
-        cause = get["cause"].lower()
-        if cause and cause not in Cause.values:
-            errors.append(f"line {line}: cause: '{get['cause']}' is not a cause ({', '.join(Cause.values)}).")
-        if cause and not get["failed_at"]:
+        label = get["cause"]
+        known = cause_class(label) if label else None
+        cause, xid = known if known else (Cause.OTHER if label else "", None)
+        if label and not get["failed_at"]:
             errors.append(f"line {line}: cause: given without failed_at.")
         if get["serial"] in seen:
             errors.append(f"line {line}: serial: {get['serial']} is also on line {seen[get['serial']]}.")
         seen.setdefault(get["serial"], line)
         if len(errors) == before and start:
             rows.append(_Row(line, get["serial"], get["model"], get["site"], start, failed, removed,
-                             cause or (Cause.OTHER if failed else ""), get.get("batch", "")))
+                             cause or (Cause.OTHER if failed else ""), get.get("batch", ""), label, xid))
+            if label and known is None:
+                result.unknown_causes[label] = result.unknown_causes.get(label, 0) + 1
+            elif label:
+                result.mapped[(label, cause)] = result.mapped.get((label, cause), 0) + 1
     return rows
 
 
@@ -216,7 +296,8 @@ def _write(rows: list[_Row], models: dict[str, GpuModel], sites: dict[str, Site]
             prev = GpuState.RMA
             failures.append({"gpu_id": pk, "model_id": model_id, "site_id": site_id, "batch": r.batch,
                              "failed_on": r.failed, "cause": r.cause, "evidence_kind": EvidenceKind.IMPORT,
-                             "evidence": "imported history"})
+                             "xid": r.xid, "evidence": (f"imported history: cause '{r.label}'" if r.label
+                                                        else "imported history")[:500]})
         if r.removed:
             changes.append((pk, prev, GpuState.DISPOSED, name, "removed from the fleet (imported history)",
                             _tz(r.removed)))

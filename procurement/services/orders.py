@@ -89,6 +89,21 @@ def order_approve(*, order: PurchaseOrder, actor: Actor) -> PurchaseOrder:
     return locked
 
 
+@transaction.atomic
+def order_reject(*, order: PurchaseOrder, actor: Actor, reason: str) -> PurchaseOrder:
+    """Reject an order awaiting approval, with the approver's reason: it is cancelled and says why."""
+    reason = reason.strip()
+    if not reason:
+        raise ValidationError({"reason": "Say why the order is rejected: the buyer reads it."})
+    locked = PurchaseOrder.objects.select_for_update().get(pk=order.pk)
+    if locked.status != OrderStatus.AWAITING_APPROVAL:
+        raise ValidationError({"status": "Only an order awaiting approval can be rejected; this one is "
+                                         f"{locked.get_status_display().lower()}."})
+    audited_update(obj=locked, actor=actor, status=OrderStatus.CANCELLED, rejection_reason=reason[:500])
+    order.status, order.rejection_reason = locked.status, locked.rejection_reason
+    return locked
+
+
 def received_counts(order: PurchaseOrder) -> dict[int, int]:
     """Received quantity per line id (GPUs and servers)."""
     gpus = dict(GpuAsset.objects.filter(order_line__order=order).values("order_line").annotate(n=Count("id"))
@@ -193,7 +208,8 @@ def delivery_receive(*, order_line: OrderLine, site: Site, received_on: dt.date,
     for row in rows:
         if order_line.gpu_model_id:
             gpu = inventory_services.gpu_create(actor=actor, serial=row.serial, model=order_line.gpu_model,
-                                                state=GpuState.RECEIVED, warranty_end=warranty_end, reason=reason)
+                                                state=GpuState.RECEIVED, warranty_end=warranty_end, reason=reason,
+                                                site=site)
             GpuAsset.objects.create(gpu=gpu, model=order_line.gpu_model, site=site, order_line=order_line,
                                     delivery=delivery, warranty_start=received_on, warranty_end=warranty_end,
                                     support_end=support_end)

@@ -55,7 +55,8 @@ def order_new(request: HtmxHttpRequest) -> HttpResponse:
 def order_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     order = get_object_or_404(selectors.order_list(), pk=pk)
     return render(request, "procurement/order_detail.html", {
-        "order": order, "lines": selectors.order_lines(order=order), "deliveries": selectors.delivery_list(order=order),
+        "order": order, "lines": selectors.order_lines(order=order),
+        "deliveries": selectors.delivery_items(selectors.delivery_list(order=order)),
         "total": services.order_total(order), "approve_refusal": services.order_approve_refusal(order),
         "receive_form": ReceiveForm(order=order) if order.status == OrderStatus.APPROVED else None,
     })
@@ -68,6 +69,18 @@ def order_approve(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     try:
         services.order_approve(order=order, actor=request.user)
         messages.success(request, f"Order {order.reference} approved.")
+    except ValidationError as exc:
+        messages.error(request, " ".join(exc.messages))
+    return redirect("procurement-order", pk=pk)
+
+
+@require_POST
+@role_required(APPROVER)
+def order_reject(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    order = get_object_or_404(PurchaseOrder, pk=pk)
+    try:
+        services.order_reject(order=order, actor=request.user, reason=request.POST.get("reason", ""))
+        messages.success(request, f"Order {order.reference} rejected.")
     except ValidationError as exc:
         messages.error(request, " ".join(exc.messages))
     return redirect("procurement-order", pk=pk)

@@ -33,18 +33,41 @@ def data():
     forecast.forecast_compute(actor=SYSTEM, lead_days=90)
 
 
+# What each list shows of the fixture: (field, values every one of which must be listed) or a minimum count.
+LISTED = {
+    "orders/": ("reference", {"PO-Q0", "PO-Q1", "PO-Q2", "PO-Q3"}),
+    "deliveries/": ("received_on", {"2026-02-01"}),
+    "rma-cases/": ("opened_on", {"2026-03-01"}),
+    "failures/": 12 + 5,  # 12 from the history (every fifth of 60), 5 from the RMA cases
+    "forecasts/": 1, "warranty/": 1, "vendors/": ("name", {"Supermicro"}), "pools/": 0, "forecast-runs/": 1,
+}
+
+
 @pytest.mark.parametrize(("path", "limit"), [
     ("orders/", 6), ("deliveries/", 5), ("rma-cases/", 5), ("failures/", 5), ("forecasts/", 6), ("warranty/", 5),
     ("vendors/", 5), ("pools/", 6), ("forecast-runs/", 5)])
 def test_api_lists(api, data, django_assert_max_num_queries, path, limit):
     client = api("viewer")
     with django_assert_max_num_queries(limit):
-        assert client.get(f"{BASE}/{path}").status_code == 200
+        response = client.get(f"{BASE}/{path}")
+    assert response.status_code == 200
+    body = response.json()
+    rows = body["results"] if isinstance(body, dict) else body
+    expected = LISTED[path]
+    if isinstance(expected, int):
+        assert len(rows) >= expected, (path, len(rows))
+    else:
+        field, values = expected
+        assert values <= {str(row[field]) for row in rows}, (path, rows[:3])
 
 
-@pytest.mark.parametrize(("path", "limit"), [("/procurement/", 12), ("/procurement/rma/", 10),
-                                             ("/procurement/forecast/", 10)])
-def test_pages(client, users, data, django_assert_max_num_queries, path, limit):
+@pytest.mark.parametrize(("path", "limit", "shows"), [
+    ("/procurement/", 12, ["PO-Q0", "PO-Q3"]), ("/procurement/rma/", 10, ["QR0A", "March 1, 2026"]),
+    ("/procurement/forecast/", 10, ["q1", "q2", "q3"])])
+def test_pages(client, users, data, django_assert_max_num_queries, path, limit, shows):
     client.force_login(users["viewer"])
     with django_assert_max_num_queries(limit):
-        assert client.get(path).status_code == 200
+        response = client.get(path)
+    assert response.status_code == 200
+    body = response.content.decode()
+    assert all(value in body for value in shows), [value for value in shows if value not in body]

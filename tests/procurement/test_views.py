@@ -37,8 +37,21 @@ def seed_history():
     forecast.forecast_compute(actor=SYSTEM, lead_days=90)
 
 
+# What each page shows of the fixture below (200 boards at fra1, 25 failed; order PO-1 of 4 H100 at 30000).
+PAGE_SHOWS = {
+    "procurement-home": ["PO-1", "Supermicro", "4 × NVIDIA H100 80GB HBM3"],
+    "procurement-rma-list": ["No cases."],
+    "procurement-forecast": ["NVIDIA H100 80GB HBM3", "fra1", "175", "25"],  # installed, failures
+    "procurement-backtest-page": ['id="backtest-summary"', "origins"],
+    "procurement-warranty": ['<option value="', "fra1", "Nothing in this period."],
+    "procurement-refresh": ["NVIDIA H100 80GB HBM3", "30000"],  # the order's unit price
+}
+
+
 @pytest.mark.parametrize("name", PAGES)
 def test_pages_render_for_viewers_and_need_a_login(client, login, name):
+    import re
+
     from django.urls import reverse
 
     seed_history()
@@ -46,6 +59,9 @@ def test_pages_render_for_viewers_and_need_a_login(client, login, name):
     assert client.get(reverse(name)).status_code == 302
     response = login("viewer").get(reverse(name))
     assert response.status_code == 200
+    text = re.sub(r"<[^>]+>", " ", response.content.decode())
+    for shown in PAGE_SHOWS[name]:
+        assert shown in (response.content.decode() if shown.startswith(("<", "id=")) else text), shown
 
 
 def test_viewers_cannot_create_orders(login):

@@ -13,7 +13,8 @@ from procurement.services.history import history_import
 
 class Command(BaseCommand):
     help = ("Import failure history: CSV serial,model,site,in_service_at,failed_at,removed_at,cause[,batch]. "
-            "Whole file or nothing; re-import changes nothing.")
+            "Whole file or nothing; re-import changes nothing. Causes are mapped through a synonym table "
+            "(DBE, OTB, XID 79, ...); unknown labels are kept as class other and listed in the notice.")
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("path")
@@ -33,3 +34,4 @@ class Command(BaseCommand):
         self.stdout.write(f"{result.rows} rows: {result.created} GPUs created ({result.failures} failures), "
                           f"{result.unchanged} unchanged; new sites {result.created_sites or 'none'}, "
                           f"new models {result.created_models or 'none'}.")
+        self.stdout.write(f"Notice: {result.notice}.")

@@ -17,7 +17,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from inventory.models import GpuModel, Site
 from procurement.forecasting.engine import METHODS
 from procurement.models import SparesPool
-from procurement.services.forecast import backtest_run
+from procurement.services.forecast import BacktestWindowError, backtest_run
 
 
 def _date(value: str) -> dt.date:
@@ -63,17 +63,26 @@ class Command(BaseCommand):
             pool = SparesPool.objects.filter(name=o["pool"]).first()
             if pool is None:
                 raise CommandError(f"--pool: unknown spares pool '{o['pool']}'")
-        result = backtest_run(date_from=date_from, date_to=date_to, lead_days=o["lead_days"],
-                              fill_rate=o["fill_rate"], model=model, site=site, pool=pool, method=o["method"])
+        try:
+            result = backtest_run(date_from=date_from, date_to=date_to, lead_days=o["lead_days"],
+                                  fill_rate=o["fill_rate"], model=model, site=site, pool=pool, method=o["method"])
+        except BacktestWindowError as exc:
+            raise CommandError(f"--to {exc}") from exc
         if o["format"] == "json":
             self.stdout.write(json.dumps(result))
             return
-        self.stdout.write(f"{'as of':<11} {'model':<24} {'scope':<10} {'installed':>9} {'stock':>6} {'demand':>6}")
+        self.stdout.write(f"{'as of':<11} {'model':<24} {'scope':<10} {'installed':>9} {'stock':>6} {'demand':>6} "
+                          "sizing")
         for row in result["origins"]:
             scope = row.get("pool") or row.get("site") or "fleet"
             self.stdout.write(f"{row['as_of']:<11} {row['model'][:24]:<24} {scope[:10]:<10} {row['installed']:>9} "
-                              f"{row['recommended']:>6} {row['demand']:>6}{'  ALERT' if row['alert'] else ''}")
-        self.stdout.write(f"\npolicy ({result['method']}, target {result['target_fill_rate']:.1%}, lead "
+                              f"{row['recommended']:>6} {row['demand']:>6} {row['sizing']}"
+                              f"{'  ALERT' if row['alert'] else ''}")
+        self.stdout.write(f"\n{result['verdict']['text']}")
+        unc = result["uncalibrated"]
+        self.stdout.write(f"forecast before calibration: fill rate {unc['fill_rate']:.1%}, mean stock "
+                          f"{unc['mean_stock']:.1f}")
+        self.stdout.write(f"policy ({result['method']}, target {result['target_fill_rate']:.1%}, lead "
                           f"{result['lead_days']} d): fill rate {result['fill_rate']:.1%}, mean stock "
                           f"{result['mean_stock']:.1f}, stock-out windows {result['stockout_windows']}")
         for name, rule in result["rules"].items():
