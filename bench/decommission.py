@@ -15,7 +15,8 @@ real-format nvme-cli / tpm2 / nvidia-smi outputs, through the same service the H
   and certification (one signed certificate per medium plus one per server, GPUs to ``sanitized``). Setup
   (servers, GPUs, request, approval, drain) is reported apart.
 - ``verify_per_s``: offline verification (``decommission.verify.verify_document``: signature, completeness,
-  carried events) of 10,000 certificate files, per second, in this process.
+  carried events) of 10,000 certificate files, per second, in this process. Only certificates that verify
+  count; if any fails verification the run stops with an error (a broken certificate is not a fast one).
 
 The clock starts when both workers answer a ping (their start-up is not under test). The ``cpu:`` line gives
 the CPU seconds the workers and this process (the agents, validation, certification) spent from then to the
@@ -127,9 +128,9 @@ def run(args: argparse.Namespace, url: str, broker: str) -> dict[str, float]:  #
     from decommission.selectors import public_keys
     from decommission.services.agent import agent_results_submit, agent_script, agent_token_issue
     from decommission.verify import verify_document
-    from world.bmc.testing import SimulatorProcess
     from fleet.roles import user_set_role
     from tests.decommission.tool_outputs import agent_results
+    from world.bmc.testing import SimulatorProcess
 
     sim = SimulatorProcess(bmcs=args.servers, plugins=("world.bmc.decommission",)).start()
     workers: list[subprocess.Popen] = []
@@ -210,10 +211,14 @@ def run(args: argparse.Namespace, url: str, broker: str) -> dict[str, float]:  #
         while len(docs) < args.verify:
             docs += docs[:args.verify - len(docs)]
         t = time.perf_counter()
-        bad = sum(1 for d in docs if verify_document(d, keys))
+        problems = [p for p in (verify_document(d, keys) for d in docs) if p]
         verify_s = time.perf_counter() - t
-        verify_per_s = len(docs) / verify_s
-        say(f"verify: {len(docs):,} certificates in {verify_s:.2f} s = {verify_per_s:,.0f}/s ({bad} invalid)")
+        valid = len(docs) - len(problems)
+        verify_per_s = valid / verify_s  # only certificates that verified count
+        say(f"verify: {len(docs):,} certificates in {verify_s:.2f} s, {valid:,} valid = {verify_per_s:,.0f}/s")
+        if problems:  # a failed verification is a broken certificate, not a slower one: the run fails
+            raise SystemExit(f"verify: {len(problems)} of {len(docs)} certificates FAILED verification, e.g. "
+                             f"{problems[0]}")
         return {"certify_s": round(certify_s, 1), "verify_per_s": round(verify_per_s)}
     finally:
         if args.profile:  # py-spy writes when its child exits

@@ -20,8 +20,15 @@ the shared Redis). Measured in one run, printed with the targets:
   the client timed out, 3 kill -9s of a worker): update requests or resets the simulator processed twice (its
   ``/_sim/counters``); must be 0.
 
+- ``targets_per_s_0ms`` / ``targets_per_s_200ms`` / ``targets_per_s_timeouts``: servers completed per second of
+  a COMPLETED rollout of ``--rate-targets`` (200) HGX servers (the simulator's standard-only ``hgx-h100`` profile;
+  host BMC firmware: update, Activate, BMC reset, verify) on 2 worker processes, with the simulator answering
+  every request at once, every request 200 ms late, and 5 % of GETs never answered (the client's 2 s timeout),
+  otherwise at once. Targets: >= 2 servers/s at 200 ms; the timeouts run >= half the 0 ms rate.
+
 The last line of output is one JSON object: ``compliance_s``, ``plan_s``, ``engine_steps_per_s``,
-``chaos_duplicates``.
+``chaos_duplicates``, ``targets_per_s_0ms``, ``targets_per_s_200ms``, ``targets_per_s_timeouts``.
+``--only-rate`` runs the three rollout-rate cases alone (no 100k seed).
 The machine's 2 cores are shared with PostgreSQL, Redis, the simulator and the workers: figures are noisy.
 """
 
@@ -43,7 +50,7 @@ from benchlib import bench_database_url, loadavg, recreate_database, say, stop_p
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-TARGETS = {"compliance_s": 2.0, "plan_s": 3.0, "engine_steps_per_s": 500.0}
+TARGETS = {"compliance_s": 2.0, "plan_s": 3.0, "engine_steps_per_s": 500.0, "targets_per_s_200ms": 2.0}
 
 
 def free_port() -> int:
@@ -75,6 +82,9 @@ def main() -> None:
                         help="threads per worker process (--pool threads; default 1: --pool solo)")
     parser.add_argument("--chaos-targets", type=int, default=40, help="BMCs of the short chaos run (default 40)")
     parser.add_argument("--reuse", action="store_true", help="keep the bench database if it is seeded")
+    parser.add_argument("--rate-targets", type=int, default=200, help="HGX servers of the rate runs (default 200)")
+    parser.add_argument("--only-rate", action="store_true", help="only the targets_per_s runs (no 100k seed)")
+    parser.add_argument("--rate-cases", default="0ms,200ms,timeouts", help="which rate runs (default all three)")
     parser.add_argument("--profile", action="store_true", help="cProfile one worker's steps (to var/)")
     args = parser.parse_args()
 
@@ -123,6 +133,14 @@ def run(args: argparse.Namespace, url: str, broker: str, reuse: bool) -> dict[st
 
     actor = SystemActor("bench")
     users = get_user_model().objects
+    if args.only_rate:
+        if not reuse:
+            call_command("migrate", verbosity=0)
+        operator = users.filter(username="bench-operator").first() or users.create_user("bench-operator")
+        approver = users.filter(username="bench-approver").first() or users.create_user("bench-approver")
+        user_set_role(operator, OPERATOR)
+        user_set_role(approver, APPROVER)
+        return rates(args, url, broker, operator, approver)
     if not reuse:
         call_command("migrate", verbosity=0)
         users.create_superuser("bench-admin", password=None)
@@ -181,7 +199,97 @@ def run(args: argparse.Namespace, url: str, broker: str, reuse: bool) -> dict[st
     engine_steps = engine_throughput(args, url, broker, operator, approver)
     duplicates = chaos_duplicates(args, url, broker, operator, approver)
     return {"compliance_s": round(compliance_s, 3), "plan_s": round(plan_s, 3),
-            "engine_steps_per_s": round(engine_steps, 1), "chaos_duplicates": duplicates}
+            "engine_steps_per_s": round(engine_steps, 1), "chaos_duplicates": duplicates,
+            **rates(args, url, broker, operator, approver)}
+
+
+def rates(args: argparse.Namespace, url: str, broker: str, operator, approver) -> dict[str, float]:  # type: ignore[no-untyped-def]
+    """The three rollout-rate cases (see the module docstring) and their verdicts."""
+    cases = args.rate_cases.split(",")
+    fast = rollout_rate(args, url, broker, operator, approver, "0ms", []) if "0ms" in cases else 0.0
+    slow = rollout_rate(args, url, broker, operator, approver, "200ms", [
+        {"kind": "slow", "seconds": 0.2}]) if "200ms" in cases else 0.0
+    flaky = rollout_rate(args, url, broker, operator, approver, "timeouts", [
+        {"kind": "timeout", "method": "GET", "rate": 0.05, "seconds": 6}]) if "timeouts" in cases else 0.0
+    say(f"targets_per_s: 0 ms {fast:.2f}, 200 ms {slow:.2f} (target >= {TARGETS['targets_per_s_200ms']}) "
+        f"{verdict(slow, TARGETS['targets_per_s_200ms'], higher_is_better=True)}, 5 % GET timeouts {flaky:.2f} "
+        f"(target >= half of 0 ms: {fast / 2:.2f}) {verdict(flaky, fast / 2, higher_is_better=True)}")
+    return {"targets_per_s_0ms": round(fast, 2), "targets_per_s_200ms": round(slow, 2),
+            "targets_per_s_timeouts": round(flaky, 2)}
+
+
+def wait_for_workers(broker: str, count: int, timeout: float = 180) -> None:
+    """Until ``count`` workers answer a ping on ``broker`` (on a loaded machine they take long to import)."""
+    from celery import Celery
+
+    app = Celery("bench-ping", broker=broker, set_as_current=False)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if len(app.control.ping(timeout=1.0) or []) >= count:
+            return
+    raise RuntimeError(f"{count} workers did not answer within {timeout}s")
+
+
+def rollout_rate(args: argparse.Namespace, url: str, broker: str, operator, approver, label: str,  # type: ignore[no-untyped-def]
+                 faults: list[dict]) -> float:
+    """Servers completed per second of one COMPLETED rollout of ``--rate-targets`` HGX servers on
+    ``--workers`` worker processes, the simulator answering with ``faults``."""
+    from firmware.models import Release, RolloutState, RolloutTarget
+    from firmware.services import catalog, engine
+    from firmware.services import rollout as svc
+    from fleet import bulk
+    from fleet.audit import SystemActor
+    from inventory.models import Server, ServerPlatform
+    from world.bmc.testing import SimulatorProcess
+
+    n = args.rate_targets
+    actor = SystemActor("bench")
+    catalog.component_specs_ensure(actor=actor)
+    stamp = f"{label}-{time.time():.0f}"
+    platform = ServerPlatform.objects.create(name=f"Bench HGX {stamp}", vendor="Supermicro")
+    sim = SimulatorProcess(bmcs=n, profile="hgx-h100", task_seconds=0,
+                           extra_args=("--prefix", f"rate{label}-", "--bmc-reset-seconds", "0.5")).start()
+    sim.control.configure(faults=faults)
+    workers: list[subprocess.Popen] = []
+    try:
+        width = max(4, len(str(n)))
+        bulk.insert(Server, [Server(hostname=f"rate-{stamp}-{i:05d}", platform=platform,
+                                    bmc_address=sim.bmc_url(f"rate{label}-{i:0{width}d}")) for i in range(1, n + 1)])
+        release = (Release.objects.filter(component="bmc", version="01.05.00-bench").first()
+                   or catalog.release_create(component="bmc", version="01.05.00-bench", sha256="0" * 64, actor=actor,
+                                             image_url="https://firmware.example.internal/bmc/01.05.00-bench.fwpkg"))
+        bundle = catalog.bundle_create(name=f"rate BMC {stamp}", platform=platform, releases=[release], actor=actor)
+        rollout = svc.rollout_create(name=f"bench rate {label}", bundle=bundle, selector={}, actor=operator,
+                                     strategy={"canary": False, "waves": [100],
+                                               "retry": {"max_attempts": 10, "backoff_seconds": [1]}})
+        rollout = svc.rollout_approve(rollout=svc.rollout_submit(rollout=rollout, actor=operator), actor=approver)
+        env = {**os.environ, "DATABASE_URL": url, "REDIS_URL": broker, "FLEET_BMC_TIMEOUT": "2",
+               "FLEET_BMC_TASK_RETENTION_SECONDS": "600", "FLEET_BMC_BOOT_GRACE_SECONDS": "30"}
+        for w in range(args.workers):
+            command = [sys.executable, "-m", "celery", "-A", "fleet", "worker", "--pool", "solo", "--loglevel",
+                       "WARNING", "-n", f"rate{w}@%h", "--without-heartbeat", "--without-gossip", "--without-mingle"]
+            workers.append(subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL,  # noqa: S603
+                                            stderr=subprocess.DEVNULL))
+        wait_for_workers(broker, len(workers))  # the clock starts when they consume, not while they import
+        started = time.perf_counter()
+        rollout = svc.rollout_start(rollout=rollout, actor=operator)
+        while time.perf_counter() - started < 900:
+            engine.rollout_tick()
+            rollout.refresh_from_db()
+            if rollout.state not in (RolloutState.RUNNING,):
+                break
+            time.sleep(0.3)
+        elapsed = time.perf_counter() - started
+        done = RolloutTarget.objects.filter(rollout=rollout, state="succeeded").count()
+        counters = sim.control.counters()
+    finally:
+        stop_processes(workers)
+        sim.kill()
+    dup = sum(1 for c in counters["bmcs"].values() for k, v in c["processed"].items() if v > 1 and "Update" in k)
+    rate = done / elapsed if rollout.state == RolloutState.COMPLETED and elapsed else 0.0
+    say(f"rollout rate ({label}): {n} HGX servers, {done} succeeded in {elapsed:.1f} s, rollout {rollout.state}: "
+        f"{rate:.2f} servers/s; faults {counters['faults']}; {dup} duplicate update requests")
+    return rate
 
 
 def chaos_duplicates(args: argparse.Namespace, url: str, broker: str, operator, approver) -> int:  # type: ignore[no-untyped-def]
@@ -198,8 +306,8 @@ def chaos_duplicates(args: argparse.Namespace, url: str, broker: str, operator, 
     from firmware.services import rollout as svc
     from fleet import bulk
     from fleet.audit import SystemActor
-    from world.bmc.testing import SimulatorProcess
     from inventory.models import Server, ServerPlatform
+    from world.bmc.testing import SimulatorProcess
 
     n = args.chaos_targets
     settings.FLEET_ROLLOUT_LEASE_SECONDS = 3
@@ -271,8 +379,8 @@ def engine_throughput(args: argparse.Namespace, url: str, broker: str, operator,
     from firmware.services import rollout as svc
     from fleet import bulk
     from fleet.audit import SystemActor
-    from world.bmc.testing import SimulatorProcess
     from inventory.models import Server, ServerPlatform
+    from world.bmc.testing import SimulatorProcess
 
     n = args.engine_targets
     actor = SystemActor("bench")

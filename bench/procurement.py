@@ -48,7 +48,7 @@ def main() -> None:
     from inventory.models import GpuModel, Site
     from procurement.forecasting import synthetic
     from procurement.models import SparesPool
-    from procurement.services.forecast import backtest_run, forecast_compute
+    from procurement.services.forecast import backtest_run, forecast_compute, last_scored
     from procurement.services.history import history_import
 
     call_command("migrate", verbosity=0)
@@ -87,21 +87,32 @@ def main() -> None:
         say(f"  {f.gpu_model}: rate {f.rate:.2%}/GPU-yr, recommended {f.recommended}, alert: {f.alert or 'none'}")
 
     model = GpuModel.objects.get(name="NVIDIA H100 80GB HBM3")
+    last, end = last_scored(lead_days=90)
+    date_to = min(dt.date(2019, 12, 1), last)  # a window past the data is refused
+    say(f"history ends {end}: the last origin that can be scored with a 90-day lead time is {last}")
     started = time.perf_counter()
-    bt = backtest_run(date_from=dt.date(2015, 8, 1), date_to=dt.date(2019, 12, 1), lead_days=90, model=model)
+    bt = backtest_run(date_from=dt.date(2015, 8, 1), date_to=date_to, lead_days=90, model=model)
     backtest_s = time.perf_counter() - started
     say(f"backtest: {len(bt['origins'])} origins in {backtest_s:.2f} s (target <= 10 s); fill rate "
         f"{bt['fill_rate']:.3f} (target {bt['target_fill_rate']}), mean stock {bt['mean_stock']:.0f}, stock-out "
         f"windows {bt['stockout_windows']}")
     for name, rule in bt["rules"].items():
         say(f"  rule {name}: fill rate {rule['fill_rate']:.3f}, mean stock {rule['mean_stock']:.0f}")
-    poisson = backtest_run(date_from=dt.date(2015, 8, 1), date_to=dt.date(2019, 12, 1), lead_days=90, model=model,
-                           method="poisson")
+    say(f"  forecast before calibration: fill rate {bt['uncalibrated']['fill_rate']:.3f}, mean stock "
+        f"{bt['uncalibrated']['mean_stock']:.0f}")
+    say(f"  {bt['verdict']['text']}")
+    poisson = backtest_run(date_from=dt.date(2015, 8, 1), date_to=date_to, lead_days=90, model=model,
+                           method="poisson", calibrate=False)
     say(f"  plain Poisson policy: fill rate {poisson['fill_rate']:.3f}, mean stock {poisson['mean_stock']:.0f}")
     say(f"{loadavg()}")
     say(json.dumps({"import_history_rows_per_s": round(rate), "forecast_s": round(forecast_s, 3),
                     "backtest_s": round(backtest_s, 2), "backtest_origins": len(bt["origins"]),
-                    "fill_rate": bt["fill_rate"], "poisson_fill_rate": poisson["fill_rate"]}))
+                    "fill_rate": bt["fill_rate"], "mean_stock": bt["mean_stock"],
+                    "uncalibrated_fill_rate": bt["uncalibrated"]["fill_rate"],
+                    "reached_target": bt["verdict"]["reached"], "winner": bt["verdict"]["winner"],
+                    "dominated_by": [k for k, r in bt["rules"].items() if r["fill_rate"] >= bt["target_fill_rate"]
+                                     and r["mean_stock"] < bt["mean_stock"]],
+                    "poisson_fill_rate": poisson["fill_rate"]}))
 
 
 if __name__ == "__main__":
