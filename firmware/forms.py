@@ -97,6 +97,13 @@ class RolloutForm(forms.Form):
         self.selector = gpu_filter(data if data is not None else QueryDict())
         self.strategy: Strategy | None = None
 
+    # The selector filters the wizard shows (the others, exact lookups for scripts, have no place on the page).
+    SELECTOR_SHOWN = ("q", "site", "model", "row", "rack", "server", "vbios", "driver", "masked", "state")
+
+    @property
+    def selector_fields(self) -> list[forms.BoundField]:
+        return [self.selector.form[name] for name in self.SELECTOR_SHOWN]
+
     @property
     def strategy_fields(self) -> list[forms.BoundField]:
         return [self[name] for name in self.fields if name not in ("name", "bundle")]
@@ -195,7 +202,8 @@ COMPONENT_CHOICES = [(c, label) for c, label in FirmwareComponent.choices if c i
 class ReleaseForm(forms.Form):
     component = forms.ChoiceField(choices=COMPONENT_CHOICES)
     version = forms.CharField(max_length=80)
-    sha256 = forms.CharField(label="SHA-256", max_length=64)
+    sha256 = forms.CharField(label="SHA-256", max_length=64, required=False,
+                             help_text="Needed with a URL; with an upload Fleet computes it (a declared one must match)")
     image_url = forms.URLField(label="Image URL", required=False, max_length=500)
     image_file = forms.FileField(label="or upload the image", required=False)
     size_bytes = forms.IntegerField(min_value=0, required=False, help_text="Filled from the upload when empty")

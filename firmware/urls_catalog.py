@@ -6,6 +6,7 @@ urlpatterns = [
     path("firmware/", catalog.firmware_home, name="firmware-home"),
     path("firmware/releases/", catalog.release_list, name="firmware-release-list"),
     path("firmware/releases/new/", catalog.release_create, name="firmware-release-create"),
+    path("firmware/releases/<int:pk>/rollout/", catalog.release_rollout, name="firmware-release-rollout"),
     path("firmware/releases/<int:pk>/", catalog.release_detail, name="firmware-release-detail"),
     path("firmware/releases/<int:pk>/channel/", catalog.release_channel, name="firmware-release-channel"),
     path("firmware/bundles/", catalog.bundle_list, name="firmware-bundle-list"),

@@ -11,8 +11,9 @@ Two shapes, both JSON, whatever the endpoint renders on success:
 
 Both carry ``request_id`` when the request has one (set by the request-id middleware), so a user's report
 can be matched with the logs. :class:`FleetAutoSchema` (the default schema class) documents the error
-statuses every operation can answer; :func:`not_found` and :func:`server_error` keep Django's own 404 and
-500 pages (a URL no route matches, ``/api/v1/gpus/abc/``) JSON under ``/api/``.
+statuses every operation can answer; :func:`not_found`, :func:`bad_request` and :func:`server_error` keep
+Django's own 404, 400 and 500 pages (a URL no route matches, ``/api/v1/gpus/abc/``; too many form fields)
+JSON under ``/api/``, and :class:`UriLengthMiddleware` answers an over-long URL with a JSON 414.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from django.core.exceptions import NON_FIELD_ERRORS
+from django.conf import settings
+from django.core.exceptions import NON_FIELD_ERRORS, RequestDataTooBig, SuspiciousOperation, TooManyFieldsSent
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import models
@@ -77,6 +79,17 @@ def _code(exc: exceptions.APIException) -> str:
     return codes if isinstance(codes, str) else exc.default_code
 
 
+def refusal_message(exc: SuspiciousOperation) -> str:
+    """What Django refused in a request (its own limits), in words a client can act on."""
+    if isinstance(exc, TooManyFieldsSent):
+        return (f"The request carries more than {settings.DATA_UPLOAD_MAX_NUMBER_FIELDS} fields "
+                "(DATA_UPLOAD_MAX_NUMBER_FIELDS); send fewer, or JSON.")
+    if isinstance(exc, RequestDataTooBig):
+        return (f"The request body is larger than {settings.DATA_UPLOAD_MAX_MEMORY_SIZE} bytes "
+                "(DATA_UPLOAD_MAX_MEMORY_SIZE).")
+    return "The request was refused as malformed."
+
+
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
     """DRF's handler, reshaped into the two error bodies.
 
@@ -90,7 +103,9 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
         exc = exceptions.NotFound(*exc.args[:1])
     elif isinstance(exc, DjangoPermissionDenied):
         exc = exceptions.PermissionDenied(*exc.args[:1])
-    if isinstance(exc, DjangoValidationError):
+    if isinstance(exc, SuspiciousOperation):  # Django's own refusals (too many fields, too big a body): a 400
+        exc = exceptions.ValidationError(detail={api_settings.NON_FIELD_ERRORS_KEY: [refusal_message(exc)]})
+    elif isinstance(exc, DjangoValidationError):
         exc = exceptions.ValidationError(detail=validation_detail(exc))
     elif isinstance(exc, exceptions.ParseError):
         exc = exceptions.ValidationError(detail={api_settings.NON_FIELD_ERRORS_KEY: [str(exc.detail)]})
@@ -126,6 +141,37 @@ def not_found(request: HttpRequest, exception: Exception | None = None) -> HttpR
     if request.path.startswith(API_PREFIX):
         return JsonResponse(with_request_id({"detail": "Not found.", "code": "not_found"}, request), status=404)
     return defaults.page_not_found(request, exception)  # type: ignore[arg-type]
+
+
+def bad_request(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+    """``handler400``: Django's own refusals outside a DRF view (a ``SuspiciousOperation`` such as too many
+    fields or too big a body, read by a middleware) are a JSON 400 in the field-errors shape under ``/api/``."""
+    if request.path.startswith(API_PREFIX):
+        message = refusal_message(exception) if isinstance(exception, SuspiciousOperation) else \
+            "The request was refused as malformed."
+        return JsonResponse(with_request_id({api_settings.NON_FIELD_ERRORS_KEY: [message]}, request), status=400)
+    return defaults.bad_request(request, exception)  # type: ignore[arg-type]
+
+
+class UriLengthMiddleware:
+    """A URL longer than ``FLEET_MAX_URL_LENGTH`` (path and query string) is refused with a 414 before any
+    view runs: JSON in the detail shape under ``/api/``, plain text elsewhere. Gunicorn's own request-line
+    limit is lifted (``fleet/gunicorn_conf.py``: its 414 is an HTML page Fleet cannot shape), so this is the
+    limit a client meets."""
+
+    def __init__(self, get_response: Any) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        length = len(request.path) + len(request.META.get("QUERY_STRING", ""))
+        limit = settings.FLEET_MAX_URL_LENGTH
+        if length > limit:
+            message = f"The URL is {length} characters long; at most {limit} are accepted."
+            if request.path.startswith(API_PREFIX):
+                body = with_request_id({"detail": message, "code": "uri_too_long"}, request)
+                return JsonResponse(body, status=414)
+            return HttpResponse(message, status=414, content_type="text/plain; charset=utf-8")
+        return self.get_response(request)
 
 
 def server_error(request: HttpRequest) -> HttpResponse:
@@ -198,6 +244,7 @@ class FleetAutoSchema(AutoSchema):
             errors["415"] = OpenApiResponse(ErrorSerializer, description="Unsupported body media type")
         if self.method == "DELETE":
             errors["409"] = OpenApiResponse(ProtectedErrorSerializer, description="Refused: history refers to it")
+        errors["414"] = OpenApiResponse(ErrorSerializer, description="URI too long (FLEET_MAX_URL_LENGTH)")
         errors["429"] = OpenApiResponse(ErrorSerializer, description="Too many requests: retry after Retry-After "
                                         "seconds")
         for code, response in errors.items():

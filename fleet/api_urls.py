@@ -5,13 +5,14 @@ from django.urls import path
 from rest_framework.routers import DefaultRouter
 from rest_framework.urlpatterns import format_suffix_patterns
 
+from acceptance import api_urls as acceptance_api
 from decommission import api_urls as decommission_api
 from firmware import api_urls as firmware_api
 from fleet import api
 from inventory import api_urls as inventory_api
+from procurement import api_urls as procurement_api
 from telemetry import api_health_urls as health_api
 from telemetry import api_urls as telemetry_api
-from procurement import api_urls as procurement_api
 
 app_name = "api"
 
@@ -27,4 +28,5 @@ root = DefaultRouter.APIRootView.as_view(api_root_dict={
 
 urlpatterns = [*inventory_api.urlpatterns, *router.urls, *format_suffix_patterns([path("", root, name="api-root")]),
                *telemetry_api.urlpatterns, *health_api.urlpatterns, *firmware_api.urlpatterns,
-               *procurement_api.urlpatterns, *decommission_api.urlpatterns]
+               *procurement_api.urlpatterns, *decommission_api.urlpatterns,
+               *acceptance_api.urlpatterns]

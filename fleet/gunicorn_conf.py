@@ -27,6 +27,10 @@ workers = int(os.environ.get("GUNICORN_WORKERS", str(multiprocessing.cpu_count()
 threads = int(os.environ.get("GUNICORN_THREADS", "4"))
 keepalive = int(os.environ.get("GUNICORN_KEEPALIVE", "30"))  # seconds an idle client connection is kept
 backlog = 512
+# Gunicorn's own request-line limit (default 4094 bytes) answers an HTML 414 that Fleet cannot shape; it is
+# lifted (0: gunicorn keeps only its 1 MiB safety cap) so that Django sees the URL and Fleet's
+# UriLengthMiddleware refuses anything over FLEET_MAX_URL_LENGTH (8190) with a JSON 414 under /api/.
+limit_request_line = int(os.environ.get("GUNICORN_LIMIT_REQUEST_LINE", "0"))
 timeout = 60
 graceful_timeout = 20
 max_requests = int(os.environ.get("GUNICORN_MAX_REQUESTS", "0"))  # 0: workers are not recycled

@@ -119,6 +119,10 @@ class DataCollector:
             for row in active.values("state").order_by("state").annotate(n=_count()):
                 gauge.add_metric([row["state"]], row["n"])
             yield gauge
+        asset = _model("decommission", "Asset")
+        if asset is not None:  # assets held for a person (the evidence could not show whether an action landed)
+            yield GaugeMetricFamily("fleet_decommission_assets_held", "Decommission assets held for a person",
+                                    value=asset.objects.exclude(hold_reason="").count())
         yield from self.jobs()
 
     def broker(self) -> Iterator[GaugeMetricFamily]:

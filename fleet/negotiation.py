@@ -5,8 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from django.http import Http404
-from rest_framework import exceptions
+from rest_framework import exceptions, renderers
 from rest_framework.negotiation import DefaultContentNegotiation
+
+JSON_RENDERER = renderers.JSONRenderer()
 
 
 class StrictContentNegotiation(DefaultContentNegotiation):
@@ -17,6 +19,8 @@ class StrictContentNegotiation(DefaultContentNegotiation):
     suffix: str | None = None
 
     def select_renderer(self, request: Any, renderers: list[Any], format_suffix: str | None = None) -> Any:
+        if request.method == "OPTIONS":  # the route's description is JSON, whatever its answers render as
+            return JSON_RENDERER, JSON_RENDERER.media_type
         self.suffix = format_suffix
         return super().select_renderer(request, renderers, format_suffix)
 

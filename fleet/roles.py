@@ -27,7 +27,7 @@ _IMPLIES: dict[str, set[str]] = {
 }
 
 # Apps whose models the roles act on in the Django admin.
-_ADMIN_APPS = ("inventory", "telemetry", "fleet", "procurement", "decommission")
+_ADMIN_APPS = ("inventory", "telemetry", "fleet", "procurement", "decommission", "acceptance")
 
 
 def user_roles(user: AbstractBaseUser | AnonymousUser | None) -> set[str]:

@@ -4,10 +4,12 @@ Without DATABASE_URL / REDIS_URL Fleet runs on an embedded default: SQLite and k
 filesystem broker, both under ``var/``.
 """
 
+import json
 import os
 from pathlib import Path
 
 import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
 
 from firmware.schedule import BEAT_SCHEDULE as FIRMWARE_BEAT_SCHEDULE
 from fleet.logs import logging_config
@@ -64,10 +66,12 @@ INSTALLED_APPS = [
     "firmware",
     "procurement",
     "decommission",
+    "acceptance",
 ]
 
 MIDDLEWARE = [
     "fleet.observability.RequestMiddleware",  # first: the request id and metrics cover every response
+    "fleet.api_errors.UriLengthMiddleware",  # an over-long URL: a 414 (JSON under /api/) before any work
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -287,6 +291,17 @@ FLEET_BMC_MAX_RESENDS = int(os.environ.get("FLEET_BMC_MAX_RESENDS", "3"))
 # An update task the BMC aborted (it rebooted under it) is sent again at most this many times in all.
 FLEET_ROLLOUT_ABORTED_ATTEMPTS = int(os.environ.get("FLEET_ROLLOUT_ABORTED_ATTEMPTS", "3"))
 
+# --- issue16 (h16a): standard Redfish evidence, one clock, concurrency (docs/firmware.md) ---
+# How long a BMC class is KNOWN to keep a finished task in its task collection (0 = not known: the absence of a
+# task then proves nothing, and an unanswered update with no other evidence is UNKNOWN, never sent again).
+FLEET_BMC_TASK_RETENTION_SECONDS = float(os.environ.get("FLEET_BMC_TASK_RETENTION_SECONDS", "0"))
+FLEET_BMC_TASK_RETENTION_SECONDS_BY_CLASS = {k.strip(): float(v) for k, _, v in (
+    item.rpartition("=") for item in env_list("FLEET_BMC_TASK_RETENTION_SECONDS_BY_CLASS")) if k.strip()}
+# After an UNKNOWN, the BMC is asked again after this many settle periods; a second UNKNOWN holds the target.
+FLEET_BMC_UNKNOWN_SETTLE_FACTOR = float(os.environ.get("FLEET_BMC_UNKNOWN_SETTLE_FACTOR", "3"))
+# BMCs one worker process talks to at once (threads; one request in flight per BMC).
+FLEET_ROLLOUT_WORKER_CONCURRENCY = int(os.environ.get("FLEET_ROLLOUT_WORKER_CONCURRENCY", "32"))
+
 # --- issue12a: the API contract (docs/api.md) ---
 # Every API list takes only the query parameters it knows (an unknown one is a 400 naming it); every error
 # is one of two JSON shapes; every operation's schema documents the error statuses it can answer.
@@ -349,3 +364,42 @@ DECOMMISSION_POLL_SECONDS = float(os.environ.get("DECOMMISSION_POLL_SECONDS", "2
 # --- h12load: CPU per request (bench/load.py; docs/operations.md) ---
 # {% url %} keeps the URLs that take no arguments per process (the navigation reverses ~15 on every page).
 TEMPLATES[0]["OPTIONS"]["builtins"] = ["fleet.urltag"]
+
+# Telemetry history backend (docs/telemetry.md): "embedded" (Fleet scrapes and keeps samples in its own database)
+# or "prometheus" (Fleet reads a Prometheus-compatible store's HTTP API: Prometheus, VictoriaMetrics, Thanos, Mimir;
+# no raw samples stored, Fleet's scraper off). Labels: dcgm-exporter's defaults, overridable for relabelled stores
+# with FLEET_PROMETHEUS_LABELS='{"uuid": "gpu_uuid"}' (keys uuid, host, gpu, model).
+FLEET_TELEMETRY_BACKEND = os.environ.get("FLEET_TELEMETRY_BACKEND", "embedded")
+if FLEET_TELEMETRY_BACKEND not in ("embedded", "prometheus"):
+    raise ImproperlyConfigured(f"FLEET_TELEMETRY_BACKEND={FLEET_TELEMETRY_BACKEND!r}: embedded or prometheus")
+FLEET_PROMETHEUS_URL = os.environ.get("FLEET_PROMETHEUS_URL", "")
+FLEET_PROMETHEUS_TOKEN = os.environ.get("FLEET_PROMETHEUS_TOKEN", "")  # bearer token
+FLEET_PROMETHEUS_USER = os.environ.get("FLEET_PROMETHEUS_USER", "")  # basic auth (when no token)
+FLEET_PROMETHEUS_PASSWORD = os.environ.get("FLEET_PROMETHEUS_PASSWORD", "")
+FLEET_PROMETHEUS_CA = os.environ.get("FLEET_PROMETHEUS_CA", "")  # a CA bundle file for https
+FLEET_PROMETHEUS_TIMEOUT = float(os.environ.get("FLEET_PROMETHEUS_TIMEOUT", "5"))  # s per request: then a message
+FLEET_PROMETHEUS_SCRAPE_S = int(os.environ.get("FLEET_PROMETHEUS_SCRAPE_S", "30"))  # the exporters' interval
+FLEET_PROMETHEUS_LABELS = json.loads(os.environ.get("FLEET_PROMETHEUS_LABELS", "{}"))
+# Embedded store: raw samples older than this many days are compacted per GPU and day (telemetry.compact).
+FLEET_TELEMETRY_COMPACT_AFTER_DAYS = int(os.environ.get("FLEET_TELEMETRY_COMPACT_AFTER_DAYS", "2"))
+
+# --- h19: the workload scheduler (drain/resume around maintenance; docs/scheduler.md) ---
+# "" = no scheduler (everything works as before; pages say "no scheduler"); "slurm" = the Slurm CLI backend.
+FLEET_SCHEDULER = os.environ.get("FLEET_SCHEDULER", "").strip().lower()
+SLURM_CONF = os.environ.get("SLURM_CONF", "")  # the cluster's slurm.conf ("" = the clients' default)
+FLEET_SCHEDULER_TIMEOUT_SECONDS = float(os.environ.get("FLEET_SCHEDULER_TIMEOUT_SECONDS", "10"))  # per CLI call
+FLEET_SCHEDULER_CACHE_SECONDS = float(os.environ.get("FLEET_SCHEDULER_CACHE_SECONDS", "1"))  # one read per process
+FLEET_SCHEDULER_REASON_PREFIX = os.environ.get("FLEET_SCHEDULER_REASON_PREFIX", "fleet:")  # marks Fleet's drains
+FLEET_SCHEDULER_POLL_SECONDS = float(os.environ.get("FLEET_SCHEDULER_POLL_SECONDS", "5"))  # waiting for jobs
+# Never drain more than this % of a scheduler partition's nodes at once across rollouts (0 = no cap).
+FLEET_SCHEDULER_PARTITION_MAX_DRAIN_PERCENT = float(os.environ.get("FLEET_SCHEDULER_PARTITION_MAX_DRAIN_PERCENT",
+                                                                   "0"))
+CELERY_BEAT_SCHEDULE["scheduler-refresh"] = {"task": "inventory.tasks.scheduler_refresh_task",
+                                             "schedule": float(os.environ.get("FLEET_SCHEDULER_REFRESH_SECONDS",
+                                                                              "30"))}
+
+# --- h17b: every answer under /api/ is JSON, Django's and the server's refusals too ---
+# The longest URL (path + query string) Fleet accepts; longer is a 414 (fleet.api_errors.UriLengthMiddleware).
+FLEET_MAX_URL_LENGTH = int(os.environ.get("FLEET_MAX_URL_LENGTH", "8190"))
+# OPTIONS never fails on a view without a serializer (fleet.metadata.FleetMetadata).
+REST_FRAMEWORK["DEFAULT_METADATA_CLASS"] = "fleet.metadata.FleetMetadata"

@@ -2,7 +2,9 @@ from django.conf import settings
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
+from django.templatetags.static import static
 from django.urls import include, path
+from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from fleet import auth_views as fleet_auth
@@ -18,6 +20,7 @@ urlpatterns = [
     path("account/", fleet_auth.account, name="account"),
     path("account/tokens/<int:pk>/revoke/", fleet_auth.account_token_revoke, name="account-token-revoke"),
     path("account/legacy-token/revoke/", fleet_auth.account_legacy_token_revoke, name="account-legacy-token-revoke"),
+    path("favicon.ico", RedirectView.as_view(url=static("fleet/favicon.svg"), permanent=True)),  # pages without <head>
     path("healthz", health.healthz, name="healthz"),
     path("readyz", health.readyz, name="readyz"),
     path("metrics", health.MetricsView.as_view(), name="metrics"),
@@ -31,9 +34,11 @@ urlpatterns = [
     path("", include("firmware.urls")),
     path("", include("procurement.urls")),
     path("", include("decommission.urls")),
+    path("", include("acceptance.urls")),
 ]
 
-# Under /api/, Django's own 404 and 500 (a URL no route matches, such as a non-numeric id) answer JSON;
-# elsewhere the 500 page names the request id.
+# Under /api/, Django's own 400, 404 and 500 (too many form fields, a URL no route matches such as a
+# non-numeric id) answer JSON; elsewhere the 500 page names the request id.
+handler400 = "fleet.api_errors.bad_request"
 handler404 = "fleet.api_errors.not_found"
 handler500 = "fleet.views.server_error"

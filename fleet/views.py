@@ -11,6 +11,7 @@ from typing import Any
 
 from django import forms
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.contrib.auth.views import redirect_to_login
 from django.contrib.contenttypes.models import ContentType
 from django.core.exceptions import PermissionDenied
@@ -193,10 +194,31 @@ def audit_query_for(obj: Model) -> str:
     return f"type={ContentType.objects.get_for_model(obj).pk}&object_id={obj.pk}"
 
 
+def _is_user_field(name: str) -> bool:
+    return name.endswith("_by") or name.endswith("_by_id") or name in ("operator", "operator_id", "actor", "user")
+
+
+def _user_names(events: list[AuditEvent]) -> dict[int, str]:
+    """Usernames of the user ids in the events' ``*_by`` changes (one query for the page)."""
+    ids = {value for event in events for name, pair in (event.changes or {}).items() if _is_user_field(name)
+           for value in (pair if isinstance(pair, list) else [pair]) if isinstance(value, int)}
+    if not ids:
+        return {}
+    return dict(get_user_model().objects.filter(pk__in=ids).values_list("pk", get_user_model().USERNAME_FIELD))
+
+
+def _named(name: str, value: Any, users: dict[int, str]) -> Any:
+    if _is_user_field(name) and isinstance(value, int):
+        return users.get(value, f"user #{value}")
+    return value
+
+
 def audit_rows(events: Iterable[AuditEvent]) -> list[dict[str, Any]]:
     """Events ready to render: a link to the object's page (while it exists) and the changes as
-    (field, before, after)."""
+    (field, before, after); user ids (``approved_by: 4``) shown as the user's name."""
     rows = []
+    events = list(events)
+    users = _user_names(events)
     for event in events:
         ct = ContentType.objects.get_for_id(event.content_type_id)  # cached: no query per row
         url_name = OBJECT_URL_NAMES.get(f"{ct.app_label}.{ct.model}")
@@ -205,7 +227,8 @@ def audit_rows(events: Iterable[AuditEvent]) -> list[dict[str, Any]]:
             "event": event,
             "type": ct.name,
             "url": reverse(url_name, args=[event.object_id]) if linkable else None,
-            "changes": [(name, *pair) if isinstance(pair, list) and len(pair) == 2 else (name, None, pair)
+            "changes": [(name, _named(name, pair[0], users), _named(name, pair[1], users))
+                        if isinstance(pair, list) and len(pair) == 2 else (name, None, _named(name, pair, users))
                         for name, pair in (event.changes or {}).items()],
         })
     return rows
@@ -227,6 +250,24 @@ def audit_list(request: HtmxHttpRequest) -> HttpResponse:
         "first_query": query_without(request.GET, "after"),
     }
     return render_page(request, "fleet/audit_list.html", "audit-table", context, status=400 if unknown else 200)
+
+
+@viewer_required
+def approvals(request: HtmxHttpRequest) -> HttpResponse:
+    """What waits for an approver (rollouts, baselines, orders, decommission requests). htmx: the panel only
+    (the dashboard's), or, with ``?count``, the navigation's badge."""
+    from fleet.approvals import SHOWN, approvals_count, approvals_for
+    from fleet.roles import APPROVER, has_role
+
+    if "count" in request.GET:
+        n = approvals_count(request.user) if has_role(request.user, APPROVER) else 0
+        return HttpResponse(f'<span class="count" title="{n} waiting for an approver">{n}</span>' if n else "")
+    groups = approvals_for(request.user)
+    context = {"groups": {kind: items[:SHOWN] for kind, items in groups.items()},
+               "more": {kind for kind, items in groups.items() if len(items) > SHOWN},
+               "total": sum(len(items) for items in groups.values()),
+               "approver": has_role(request.user, APPROVER)}
+    return render_page(request, "fleet/approvals.html", "approvals-panel", context)
 
 
 # --- background jobs ----------------------------------------------------------------------------------

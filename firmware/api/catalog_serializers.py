@@ -30,6 +30,9 @@ class ReleaseSerializer(serializers.ModelSerializer):
     gpu_models = serializers.PrimaryKeyRelatedField(queryset=GpuModel.objects.all(), many=True, required=False)
     channel = serializers.ChoiceField(choices=[Channel.TESTING, Channel.STABLE], required=False,
                                       help_text="On create only; afterwards POST .../channel/")
+    sha256 = serializers.CharField(max_length=64, required=False, allow_blank=True,
+                                   help_text="Required with image_url; with image_file Fleet computes it and a "
+                                             "declared value that differs is a 400")
 
     class Meta:
         model = Release

@@ -267,6 +267,12 @@ class RolloutViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.
         return self._respond(services.rollout_approve(rollout=self.get_object(), actor=request.user))
 
     @_action_schema()
+    @action(detail=True, methods=["post"], url_path="approve-start")
+    def approve_start(self, request: Request, pk: str | None = None) -> Response:
+        """Approve and start in one step (approvers, never the creator)."""
+        return self._respond(services.rollout_approve_and_start(rollout=self.get_object(), actor=request.user))
+
+    @_action_schema()
     @action(detail=True, methods=["post"])
     def start(self, request: Request, pk: str | None = None) -> Response:
         return self._respond(services.rollout_start(rollout=self.get_object(), actor=request.user))
@@ -279,10 +285,13 @@ class RolloutViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.
         return self._respond(services.rollout_pause(rollout=self.get_object(), actor=request.user,
                                                     reason=data.validated_data["reason"]))
 
-    @_action_schema()
+    @_action_schema(request=OptionalReasonSerializer)
     @action(detail=True, methods=["post"])
     def resume(self, request: Request, pk: str | None = None) -> Response:
-        return self._respond(services.rollout_resume(rollout=self.get_object(), actor=request.user))
+        data = OptionalReasonSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        return self._respond(services.rollout_resume(rollout=self.get_object(), actor=request.user,
+                                                     reason=data.validated_data["reason"]))
 
     @_action_schema(request=OptionalReasonSerializer)
     @action(detail=True, methods=["post"])
@@ -300,8 +309,8 @@ class RolloutViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.
         again, in a new wave (operators; 409 in any other state)."""
         return self._respond(services.rollout_retry_exceptions(rollout=self.get_object(), actor=request.user))
 
-    @extend_schema(responses=RolloutTargetSerializer(many=True))
-    @action(detail=True, methods=["get"])
+    @extend_schema(responses=RolloutTargetSerializer(many=True), filters=False)  # a plain list (first 1,000)
+    @action(detail=True, methods=["get"], pagination_class=None)
     def exceptions(self, request: Request, pk: str | None = None) -> Response:
         """The targets the rollout left behind that were not the firmware's fault (infra) or are not known
         (inconclusive), with their evidence (``last_error``)."""

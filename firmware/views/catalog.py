@@ -7,14 +7,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import urlencode
 
 from django import forms
 from django.conf import settings
 from django.contrib import messages
 from django.core.exceptions import ValidationError
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 from django.http import Http404, HttpResponse
-from django.shortcuts import redirect, render
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from firmware.forms import COMPONENT_CHOICES, BaselineForm, BundleForm, PoolForm, ReleaseForm, WindowForm
@@ -34,7 +36,7 @@ from fleet.views import (
     render_page,
     role_required,
 )
-from inventory.models import FirmwareComponent
+from inventory.models import FirmwareComponent, ServerPlatform
 
 approver_required = role_required(APPROVER)
 viewer_required = role_required("viewer")
@@ -95,7 +97,7 @@ def firmware_home(request: HtmxHttpRequest) -> HttpResponse:
 # --- releases --------------------------------------------------------------------------------------------
 
 @viewer_required
-@query_params(component={v for v, _ in COMPONENT_CHOICES if v}, channel=Channel.values)
+@query_params(component={v for v, _ in COMPONENT_CHOICES if v}, channel=Channel.values, platform=int)
 def release_list(request: HtmxHttpRequest) -> HttpResponse:
     qs = selectors.release_list()
     component = request.GET.get("component") or ""
@@ -104,8 +106,12 @@ def release_list(request: HtmxHttpRequest) -> HttpResponse:
     channel = request.GET.get("channel") or ""
     if channel:
         qs = qs.filter(channel=channel)
+    platform = request.GET.get("platform") or ""
+    if platform.isdigit():  # releases for that platform, and those for any platform (no platform named)
+        qs = qs.filter(Q(platforms=int(platform)) | Q(platforms__isnull=True)).distinct()
     context = {**_page(request, qs, "releases"), "components": COMPONENT_CHOICES, "channels": Channel.choices,
-               "component": component, "channel": channel}
+               "component": component, "channel": channel, "platform": platform,
+               "platforms": ServerPlatform.objects.order_by("name")}
     return render_page(request, "firmware/release_list.html", "release-table", context)
 
 
@@ -124,8 +130,29 @@ def release_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
         release = selectors.release_detail(pk=pk)
     except Release.DoesNotExist:
         raise Http404("No such release.") from None
-    context = {"release": release, "bundles": selectors.release_bundles(release=release), "channels": Channel.choices}
+    platforms = list(release.platforms.order_by("name")) or list(ServerPlatform.objects.order_by("name"))
+    context = {"release": release, "bundles": selectors.release_bundles(release=release), "channels": Channel.choices,
+               "rollout_platforms": platforms}
     return render(request, "firmware/release_detail.html", context)
+
+
+@operator_required
+@require_POST
+def release_rollout(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    """Start the rollout wizard from one release: its one-release bundle for the chosen platform is made (or
+    found) for the person, and the wizard opens with it."""
+    release = get_object_or_404(Release, pk=pk)
+    platform = ServerPlatform.objects.filter(pk=request.POST.get("platform") or 0).first()
+    if platform is None:
+        messages.error(request, "Pick the platform the release goes to.")
+        return redirect("firmware-release-detail", pk=pk)
+    try:
+        bundle = services.bundle_for_release(release=release, platform=platform, actor=request.user)
+    except ValidationError as exc:
+        messages.error(request, " ".join(exc.messages))
+        return redirect("firmware-release-detail", pk=pk)
+    query = urlencode({"bundle": bundle.pk, "name": f"{release} on {platform}"[:120]})
+    return redirect(f"{reverse('rollout-create')}?{query}")
 
 
 @approver_required
@@ -147,19 +174,30 @@ def release_channel(request: HtmxHttpRequest, pk: int) -> HttpResponse:
 # --- bundles ---------------------------------------------------------------------------------------------
 
 @viewer_required
-@query_params()
+@query_params(platform=int)
 def bundle_list(request: HtmxHttpRequest) -> HttpResponse:
+    qs = selectors.bundle_list()
+    platform = request.GET.get("platform") or ""
+    if platform.isdigit():
+        qs = qs.filter(platform_id=int(platform))
     return render_page(request, "firmware/bundle_list.html", "bundle-table",
-                       _page(request, selectors.bundle_list(), "bundles"))
+                       {**_page(request, qs, "bundles"), "platform": platform,
+                        "platforms": ServerPlatform.objects.order_by("name")})
 
 
 @operator_required
 def bundle_create(request: HtmxHttpRequest) -> HttpResponse:
-    form = BundleForm(request.POST or None)
+    platform = request.POST.get("platform") or request.GET.get("platform") or ""
+    form = BundleForm(request.POST or None, initial={"platform": platform} if platform.isdigit() else None)
+    if platform.isdigit():  # only the releases for that platform (or for any): not the whole catalog
+        field = form.fields["releases"]
+        field.queryset = field.queryset.filter(Q(platforms=int(platform)) | Q(platforms__isnull=True)).distinct()
     if request.method == "POST" and (bundle := _form_create(request, form, services.bundle_create,
                                                             "Bundle {} created.")):
         return redirect("firmware-bundle-detail", pk=bundle.pk)
-    return render(request, "firmware/bundle_form.html", {"form": form}, status=400 if form.errors else 200)
+    return render(request, "firmware/bundle_form.html",
+                  {"form": form, "platform": platform, "platforms": ServerPlatform.objects.order_by("name")},
+                  status=400 if form.errors else 200)
 
 
 @viewer_required

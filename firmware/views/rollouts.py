@@ -24,6 +24,7 @@ from firmware.forms import CAP_DOMAINS, RolloutForm
 from firmware.lifecycle import RolloutAction
 from firmware.models import Rollout, RolloutState
 from firmware.selectors import rollout_pages as selectors
+from firmware.selectors.drains import rollout_drain_context
 from firmware.services import rollout as services
 from firmware.services.plan import Plan, plan_preview, selector_filter, strategy_parse
 from fleet import selectors as fleet_selectors
@@ -154,8 +155,9 @@ def _wizard(request: HtmxHttpRequest, form: RolloutForm, preview: Preview | None
 def rollout_create(request: HtmxHttpRequest) -> HttpResponse:
     """The wizard. ``_preview`` in the POST (the no-JavaScript "Preview plan" button) shows the plan and creates
     nothing; otherwise a valid form creates and plans the rollout and goes to its page."""
-    if request.method != "POST":
-        return _wizard(request, RolloutForm(), None)
+    if request.method != "POST":  # ?bundle=&name=: opened from a release ("Roll out this release")
+        initial = {name: request.GET[name] for name in ("bundle", "name") if request.GET.get(name)}
+        return _wizard(request, RolloutForm(initial=initial) if initial else RolloutForm(), None)
     form = RolloutForm(request.POST, preview="_preview" in request.POST)
     if "_preview" not in request.POST and form.is_valid():
         data = form.cleaned_data
@@ -190,10 +192,11 @@ CALLS: dict[str, Callable[[Rollout, Any, str], Any]] = {
     "plan": lambda r, u, why: services.rollout_plan(rollout=r, actor=u),
     "submit": lambda r, u, why: services.rollout_submit(rollout=r, actor=u),
     "approve": lambda r, u, why: services.rollout_approve(rollout=r, actor=u),
+    "approve_start": lambda r, u, why: services.rollout_approve_and_start(rollout=r, actor=u),
     "reject": lambda r, u, why: services.rollout_reject(rollout=r, actor=u, reason=why),
     "start": lambda r, u, why: services.rollout_start(rollout=r, actor=u),
     "pause": lambda r, u, why: services.rollout_pause(rollout=r, actor=u, reason=why),
-    "resume": lambda r, u, why: services.rollout_resume(rollout=r, actor=u),
+    "resume": lambda r, u, why: services.rollout_resume(rollout=r, actor=u, reason=why),
     "retry_exceptions": lambda r, u, why: services.rollout_retry_exceptions(rollout=r, actor=u),
     "abort": lambda r, u, why: services.rollout_abort(rollout=r, actor=u, reason=why),
     "rollback": lambda r, u, why: services.rollout_rollback(rollout=r, actor=u),
@@ -247,6 +250,22 @@ def _rollout_or_404(pk: int) -> Rollout:
         raise Http404("No such rollout.") from None
 
 
+# What a rollout in each state waits for, and the next step (shown above its buttons).
+WAITING = {
+    RolloutState.DRAFT: "A draft: plan it to see its waves.",
+    RolloutState.PLANNED: "Planned. Next: check the waves and submit it for approval.",
+    RolloutState.AWAITING_APPROVAL: "Waiting for an approver (not its creator): approve and start, approve only, "
+                                    "or send it back with a reason.",
+    RolloutState.APPROVED: "Approved. Next: start it; the engine then takes the canary and the waves.",
+    RolloutState.RUNNING: "Running: the engine updates the targets wave by wave; it pauses by itself on a failed "
+                          "gate.",
+    RolloutState.PAUSED: "Paused: nothing new starts. Next: look at the failures, then resume (with a reason), "
+                         "abort or roll back.",
+    RolloutState.COMPLETED_WITH_EXCEPTIONS: "Done except for targets that failed for infrastructure reasons or "
+                                            "could not be told: retry them, or roll back.",
+}
+
+
 def _live_context(request: HtmxHttpRequest, rollout: Rollout,
                   notices: list[tuple[str, str]] | None = None) -> dict[str, Any]:
     progress = selectors.rollout_progress(rollout)
@@ -259,12 +278,15 @@ def _live_context(request: HtmxHttpRequest, rollout: Rollout,
         "exceptions": (list(services.exception_targets(rollout).select_related("server").order_by("id")[:200])
                        if rollout.state == RolloutState.COMPLETED_WITH_EXCEPTIONS else []),
         "actions": _actions(request.user, rollout),
+        "waiting": (f"Paused: {rollout.pause_reason}. " if rollout.state == RolloutState.PAUSED and rollout.pause_reason
+                    else "") + WAITING.get(rollout.state, ""),
         "awaits_other_approver": (rollout.state == RolloutState.AWAITING_APPROVAL
                                   and request.user.pk == rollout.created_by_id and has_role(request.user, APPROVER)),
         "live": rollout.state in selectors.LIVE_STATES,
         "audit": audit_rows(fleet_selectors.audit_for(rollout)[:50]),
         "audit_query": audit_query_for(rollout),
         "notices": notices or [],
+        **rollout_drain_context(rollout),
     }
 
 

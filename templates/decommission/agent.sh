@@ -14,7 +14,10 @@ for dev in $(ls /dev/nvme[0-9]*n1 2>/dev/null | sed 's/n1$//'); do
   sn=$(nvme id-ctrl "$dev" -o json | sed -n 's/.*"sn" *: *"\([^"]*\)".*/\1/p' | tr -d ' ')
   case " {% for s in nvme_serials %}{{ s }} {% endfor %}" in *" $sn "*) ;; *) continue ;; esac
   record nvme.id-ctrl "$sn" nvme-cli nvme id-ctrl "$dev" -o json
+  # the log before the run, right after the start, and at the end: Fleet proves the sanitize is this run's
+  record nvme.sanitize-log.before "$sn" nvme-cli nvme sanitize-log "$dev" -o json
   record nvme.sanitize "$sn" nvme-cli nvme sanitize "$dev" --sanact=start-crypto-erase{% if purge %} --preq{% endif %}
+  record nvme.sanitize-log.progress "$sn" nvme-cli nvme sanitize-log "$dev" -o json
   while nvme sanitize-log "$dev" -o json | grep -q '(2)'; do sleep 10; done
   record nvme.sanitize-log "$sn" nvme-cli nvme sanitize-log "$dev" -o json
 done

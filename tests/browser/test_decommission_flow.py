@@ -17,11 +17,11 @@ from decommission import services
 from decommission.models import DecommissionRequest, Medium
 from decommission.services.agent import agent_token_issue
 from fleet import dispatch
-from world.bmc.testing import running_simulator
 from inventory.services import record_update
 from tests.browser.helpers import CHROMIUM, login, shot
 from tests.decommission.decom_factories import server_with_gpus
 from tests.decommission.tool_outputs import agent_results
+from world.bmc.testing import running_simulator
 
 playwright = pytest.importorskip("playwright.sync_api")
 

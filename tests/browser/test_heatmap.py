@@ -73,3 +73,25 @@ def test_heatmap_draws_every_gpu_and_drills_down_to_a_gpu_chart(live_server, pag
     page.wait_for_url(f"**/gpus/{hot.pk}/")
     expect(page.locator("[data-chart][data-scope='gpu'] .chart-box[data-panel='temp'] canvas")).to_have_count(1)
     shot(page, "22-gpu-page-chart")
+
+
+def test_with_the_history_store_down_the_gpu_page_renders_and_its_chart_says_why(live_server, page, make_user,
+                                                                                 settings, transactional_db):
+    """FLEET_TELEMETRY_BACKEND=prometheus and nothing listening at the store's URL: the GPU page is whole, and the
+    chart's status line carries the API's reason (a 503) instead of a bare HTTP code."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again: nothing listens there
+    settings.FLEET_TELEMETRY_BACKEND = "prometheus"
+    settings.FLEET_PROMETHEUS_URL = f"http://127.0.0.1:{port}"
+    settings.FLEET_PROMETHEUS_TIMEOUT = 1
+    gpu = factories.gpu(factories.server(factories.rack(factories.site("dn1"), name="dn1-r01"), hostname="dn1-n1"))
+    viewer = make_user("viewer")
+    login(page, live_server.url, viewer.username, f"/gpus/{gpu.pk}/")
+    expect = playwright.expect
+    expect(page.locator("body")).to_contain_text(gpu.uuid)
+    status = page.locator("[data-chart][data-scope='gpu'] .chart-status")
+    expect(status).to_contain_text("Telemetry history is unavailable: the history store is unreachable")
+    shot(page, "23-gpu-page-store-down")

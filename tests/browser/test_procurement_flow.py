@@ -100,7 +100,8 @@ def test_order_receipt_rma_and_forecast(live_server, page, procurement_data, mak
     table = page.locator(".forecast-table").first
     expect(table).to_contain_text("fleet (pooled)")
     expect(table).to_contain_text("site fra3")
-    expect(page.locator("#backtest-summary")).to_contain_text("fill rate", timeout=30_000)
+    expect(page.locator("#backtest-summary")).to_contain_text("Fill rate", timeout=30_000)
+    expect(page.locator("#backtest-verdict")).to_contain_text("0.95")  # which won, or how far short
     expect(page.locator("#backtest svg").first).to_be_visible()
     shot(page, "proc-04-forecast")
     page.click(".forecast-table a:has-text('fleet (pooled)')")

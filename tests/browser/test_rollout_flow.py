@@ -14,9 +14,9 @@ from django.conf import settings as django_settings
 from django.db import connection, transaction
 
 from firmware.models import Rollout, RolloutState, TargetState
-from world.bmc.testing import running_simulator
 from tests.browser.helpers import CHROMIUM, login, shot
 from tests.firmware import fw_factories, rollout_fleet
+from world.bmc.testing import running_simulator
 
 playwright = pytest.importorskip("playwright.sync_api")
 

@@ -3,6 +3,8 @@ one JSON error body per kind of error, under every /api/ URL, and a 400 naming a
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from django.urls import reverse
 
@@ -155,3 +157,107 @@ def test_a_format_suffix_naming_no_renderer_is_a_404(api):
     gpu = factories.gpu()
     detail_error(api("viewer").get(f"{V1}/gpu-models/{gpu.model_id}.4/"), 404, "not_found")
     assert api("viewer").get(f"{V1}/gpu-models/{gpu.model_id}.json/").status_code == 200
+
+
+# --- Django's and the server's own refusals under /api/ (h17b) -------------------------------------------------
+
+def test_a_form_with_too_many_fields_is_a_json_400(api, settings):
+    """Django's DATA_UPLOAD_MAX_NUMBER_FIELDS refusal inside a DRF view (the contract test found it on
+    ``POST .../orders/{id}/receive/``): the project's field-errors shape, not Django's HTML page."""
+    from tests.procurement import helpers
+
+    order = helpers.order(reference="PO-FIELDS")
+    fields = {f"f{n}": "x" for n in range(settings.DATA_UPLOAD_MAX_NUMBER_FIELDS + 1)}
+    body = field_errors(api("operator").post(f"{V1}/procurement/orders/{order.pk}/receive/", fields))
+    assert "more than" in body["non_field_errors"][0] and "fields" in body["non_field_errors"][0]
+
+
+def test_django_refusals_outside_a_view_answer_json_under_api_and_html_elsewhere(rf):
+    from django.core.exceptions import TooManyFieldsSent
+
+    from fleet.api_errors import bad_request
+
+    api_answer = bad_request(rf.post("/api/v1/gpus/"), TooManyFieldsSent("too many"))
+    assert api_answer.status_code == 400 and api_answer["Content-Type"] == "application/json"
+    assert "more than" in json.loads(api_answer.content)["non_field_errors"][0]
+    page = bad_request(rf.post("/gpus/"), TooManyFieldsSent("too many"))
+    assert page.status_code == 400 and page["Content-Type"].startswith("text/html")
+
+
+def test_an_over_long_url_is_a_json_414_under_api(api, client, settings):
+    settings.FLEET_MAX_URL_LENGTH = 2000
+    long_query = "serial=" + "9" * 2100
+    body = detail_error(api("viewer").get(f"{V1}/gpus/?{long_query}"), 414, "uri_too_long")
+    assert "at most 2000" in body["detail"]
+    page = client.get(f"/gpus/?{long_query}")
+    assert page.status_code == 414 and page["Content-Type"].startswith("text/plain")
+
+
+def test_options_on_an_action_without_a_body_describes_the_route(api, users, settings, tmp_path):
+    """``OPTIONS .../agent-token/`` was a 500 (DRF asked the view for a serializer it does not have)."""
+    from tests.decommission.decom_factories import walk
+
+    settings.DECOMMISSION_SIGNING_KEY_DIR = str(tmp_path / "keys")
+    asset = walk("approved", users=users).assets.first()
+    response = api("admin").options(f"{V1}/decommission/assets/{asset.pk}/agent-token/")
+    assert response.status_code == 200 and response["Content-Type"] == "application/json"
+    assert response.json()["name"] == "Agent token"
+
+
+def test_options_on_a_text_endpoint_answers_json(api):
+    response = api("viewer").options(f"{V1}/firmware/labels/")
+    assert response.status_code == 200 and response["Content-Type"] == "application/json"
+    assert "text/plain" in response.json()["renders"]
+
+
+def test_under_the_projects_gunicorn_an_over_long_url_is_fleets_json_414(tmp_path):
+    """Served as the Procfile serves it (gunicorn with fleet/gunicorn_conf.py): a URL past gunicorn's default
+    request-line limit (4,094 bytes) reaches Fleet, and one past Fleet's limit is Fleet's JSON 414, not
+    gunicorn's HTML page."""
+    import http.client
+    import os
+    import socket
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    from django.db import connection
+
+    db = connection.settings_dict
+    url = (f"sqlite:///{db['NAME']}" if connection.vendor == "sqlite" else
+           f"postgres://{db['USER']}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "DATABASE_URL": url, "PORT": str(port), "GUNICORN_WORKERS": "1",
+           "FLEET_VAR_DIR": str(tmp_path), "DJANGO_SETTINGS_MODULE": "fleet.settings"}
+    process = subprocess.Popen(  # noqa: S603 - fixed arguments
+        [str(Path(sys.executable).parent / "gunicorn"), "fleet.wsgi", "--config", "fleet/gunicorn_conf.py"],
+        cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+    def get(path: str) -> tuple[int, str, bytes]:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+        conn.request("GET", path)
+        response = conn.getresponse()
+        return response.status, response.getheader("Content-Type", ""), response.read()
+
+    try:
+        deadline = time.monotonic() + 120
+        while True:  # until the server answers
+            try:
+                get("/healthz")
+                break
+            except OSError:
+                assert process.poll() is None, process.stderr.read().decode()[-2000:]
+                assert time.monotonic() < deadline, "gunicorn did not start"
+                time.sleep(0.2)
+        status, content_type, _ = get(f"{V1}/gpus/?serial={'9' * 5000}")
+        assert (status, content_type) == (401, "application/json")  # past gunicorn's old limit: Fleet answers
+        status, content_type, body = get(f"{V1}/gpus/?serial={'9' * 9000}")
+        assert (status, content_type) == (414, "application/json"), body[:200]
+        assert json.loads(body)["code"] == "uri_too_long"
+    finally:
+        process.terminate()
+        process.wait(timeout=30)

@@ -1,12 +1,14 @@
 """world/bmc's core for every plugin, over real HTTP through fleet/redfish.py: a plugin's routes, the counters
 of mutating requests, late processing, reboot windows (refused / 503 / 404), task purging, error kinds."""
 
+import datetime
+import threading
 import time
 
 import pytest
 
-from world.bmc.testing import SimulatorControl, SimulatorProcess, running_simulator
 from fleet.redfish import BmcError, ErrorKind, RedfishSession
+from world.bmc.testing import SimulatorControl, SimulatorProcess, running_simulator
 
 ERASE = "/redfish/v1/Systems/1/Storage/1/Drives/0/Actions/Drive.SecureErase"
 
@@ -57,16 +59,140 @@ def test_a_reboot_window_is_infra_for_reads_within_the_boot_grace(mode):
         assert control.counters()["reboot_windows"] == 1
 
 
-def test_purged_tasks_vanish_and_the_staged_image_stays_visible():
+def wait_for(condition, seconds=10.0):
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.02)
+
+
+def test_purged_tasks_vanish_and_the_staged_image_stays_visible_to_the_control_api_only():
     with running_simulator(bmcs=1, purge_tasks_after=0.01) as sim:
+        control = SimulatorControl(sim.url)
         session = RedfishSession(sim.bmc_url("bmc-0001"), timeout=2)
         session.post("/redfish/v1/UpdateService/Actions/UpdateService.SimpleUpdate",
                      {"ImageURI": "http://x/96.00.AA.00.01.fwpkg", "Targets": [
                          "/redfish/v1/UpdateService/FirmwareInventory/HGX_FW_GPU_SXM_1"], "Stage": True})
-        time.sleep(0.05)
-        assert session.get("/redfish/v1/TaskService/Tasks")["Members"] == []
+        wait_for(lambda: session.get("/redfish/v1/TaskService/Tasks")["Members"] == [])
         item = session.get("/redfish/v1/UpdateService/FirmwareInventory/HGX_FW_GPU_SXM_1")
-        assert item["Oem"]["FleetSim"]["PendingImage"]["Version"] == "96.00.AA.00.01"
+        assert "Oem" not in item and item["Version"] == "96.00.89.00.01"
+        pending = control.bmc("bmc-0001")["components"]["HGX_FW_GPU_SXM_1"]["pending"]
+        assert pending["Version"] == "96.00.AA.00.01" and pending["State"] == "Staged"
+        assert control.counters()["faults"]["purged"] == 1
+
+
+def _crawl(session, path, seen):
+    if path in seen or len(seen) > 200:
+        return
+    seen.add(path)
+    doc = session.get(path)
+    yield path, doc
+    stack = [doc]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key == "RelatedItem":  # hardware the simulator does not model beyond its inventory
+                    continue
+                if key == "@odata.id" and isinstance(value, str) and value.startswith("/redfish/v1") \
+                        and "#" not in value and value.rstrip("/") != path.rstrip("/"):
+                    yield from _crawl(session, value.rstrip("/") or value, seen)
+                else:
+                    stack.append(value)
+        elif isinstance(node, list):
+            stack.extend(node)
+
+
+def _keys(node):
+    if isinstance(node, dict):
+        for key, value in node.items():
+            yield key
+            yield from _keys(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _keys(value)
+
+
+@pytest.mark.parametrize("profile", ["hgx-h100", "generic"])
+def test_default_profiles_answer_standard_redfish_only(profile):
+    """Every resource reachable from the service root (tasks included): no Oem object, no task Payload; tasks
+    name image, component and version in Messages[].MessageArgs and carry StartTime/EndTime."""
+    with running_simulator(bmcs=1, profile=profile) as sim:
+        session = RedfishSession(sim.bmc_url("bmc-0001"), timeout=2)
+        target = "HGX_FW_GPU_SXM_1" if profile == "hgx-h100" else "NIC"
+        session.post("/redfish/v1/UpdateService/Actions/UpdateService.SimpleUpdate",
+                     {"ImageURI": "http://x/9.9.9.fwpkg", "Targets": [
+                         f"/redfish/v1/UpdateService/FirmwareInventory/{target}"], "Stage": True})
+        docs = dict(_crawl(session, "/redfish/v1", set()))
+        assert "/redfish/v1/TaskService/Tasks/1" in docs and len(docs) > 10
+        for path, doc in docs.items():
+            keys = set(_keys(doc))
+            assert "Oem" not in keys and "Payload" not in keys, path
+        task = docs["/redfish/v1/TaskService/Tasks/1"]
+        args = [a for m in task["Messages"] for a in m["MessageArgs"]]
+        assert {"http://x/9.9.9.fwpkg", target, "9.9.9"} <= set(args)
+        assert task["StartTime"] and task["EndTime"]
+
+
+def test_a_task_monitor_answers_the_finished_task_once_then_404():
+    with running_simulator(bmcs=1) as sim:
+        session = RedfishSession(sim.bmc_url("bmc-0001"), timeout=2)
+        reply = session.post("/redfish/v1/UpdateService/Actions/UpdateService.SimpleUpdate",
+                             {"ImageURI": "http://x/9.9.9.fwpkg", "Targets": [
+                                 "/redfish/v1/UpdateService/FirmwareInventory/HGX_FW_GPU_SXM_1"]})
+        monitor = reply.body["TaskMonitor"]
+        assert session.request("GET", monitor).status == 200
+        assert session.request("GET", monitor).status == 404
+        assert session.get(reply.task_location)["TaskState"] == "Completed"
+
+
+def test_a_rebooting_bmc_resets_the_connection_and_processes_nothing():
+    with running_simulator(bmcs=2) as sim:
+        control = SimulatorControl(sim.url)
+        control.reboot("bmc-0001", 30, "refused")
+        session = RedfishSession(sim.bmc_url("bmc-0001"), timeout=2)
+        with pytest.raises(BmcError) as down:
+            session.post("/redfish/v1/Systems/1/Actions/ComputerSystem.Reset", {"ResetType": "ForceRestart"})
+        assert "reset" in str(down.value).lower()
+        assert down.value.kind == ErrorKind.AMBIGUOUS  # a client cannot tell a reset after its send from a refusal
+        counters = control.counters()
+        assert counters["faults"]["refused"] == 1 and counters["bmcs"]["bmc-0001"]["processed"] == {}
+        other = RedfishSession(sim.bmc_url("bmc-0002"), timeout=2)
+        assert other.get("/redfish/v1/Systems/1")["PowerState"] == "On"  # only that BMC is down
+
+
+def test_a_skewed_bmc_clock_shows_in_its_times_and_each_manager_resets_on_its_own():
+    with running_simulator(bmcs=1) as sim:
+        control = SimulatorControl(sim.url)
+        control.request("POST", "bmcs/bmc-0001/clock", {"skew_seconds": -300})
+        session = RedfishSession(sim.bmc_url("bmc-0001"), timeout=2)
+        hmc = session.get("/redfish/v1/Managers/HGX_BMC_0")
+        bmc = session.get("/redfish/v1/Managers/1")
+        skewed = datetime.datetime.fromisoformat(bmc["DateTime"])
+        assert (datetime.datetime.now(datetime.UTC) - skewed).total_seconds() > 290
+        assert len(hmc["LastResetTime"]) == len("2026-01-01T00:00:00+00:00")  # one-second resolution
+        before = session.get("/redfish/v1/Managers/1")["LastResetTime"]
+        wait_for(lambda: session.get("/redfish/v1/Managers/1")["DateTime"] != before)  # a second later
+        session.post("/redfish/v1/Managers/HGX_BMC_0/Actions/Manager.Reset", {"ResetType": "GracefulRestart"})
+        assert session.get("/redfish/v1/Managers/HGX_BMC_0")["LastResetTime"] != hmc["LastResetTime"]
+        assert session.get("/redfish/v1/Managers/1")["LastResetTime"] == before  # the HMC's reset is its own
+        assert control.stats()["manager_resets"] == {"bmc-0001/HGX_BMC_0": 1}
+
+
+def test_a_hold_rule_parks_requests_until_released():
+    with running_simulator(bmcs=1) as sim:
+        control = SimulatorControl(sim.url)
+        control.configure(faults=[{"kind": "hold", "method": "POST", "path": "/redfish/v1/Systems/*"}])
+        session = RedfishSession(sim.bmc_url("bmc-0001"), timeout=10)
+        result = []
+        thread = threading.Thread(target=lambda: result.append(session.post(
+            "/redfish/v1/Systems/1/Actions/ComputerSystem.Reset", {"ResetType": "ForceOff"})))
+        thread.start()
+        wait_for(lambda: control.request("GET", "holds")["waiting"])
+        assert control.counters()["bmcs"]["bmc-0001"]["processed"] == {}
+        assert control.request("POST", "holds/release", {})["released"] == 1
+        thread.join(10)
+        assert result[0].status == 204 and session.get("/redfish/v1/Systems/1")["PowerState"] == "Off"
 
 
 def test_the_command_line_loads_plugins():

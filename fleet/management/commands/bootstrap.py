@@ -28,6 +28,7 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandParser
 from django.db import transaction
 
+from acceptance.demo import acceptance_demo_seed
 from decommission.demo import decommission_demo_seed
 from firmware.demo import firmware_demo_seed, rollout_demo_create
 from firmware.services.catalog import component_specs_ensure
@@ -35,9 +36,9 @@ from fleet.audit import SYSTEM
 from fleet.roles import ADMIN, APPROVER, OPERATOR, VIEWER, roles_sync, user_set_role
 from inventory.demo import inventory_is_empty
 from inventory.models import Gpu
+from procurement.demo import procurement_demo_seed
 from telemetry.demo import telemetry_demo_backfill
 from telemetry.health import health_evaluate
-from procurement.demo import procurement_demo_seed
 
 DEMO_ROLES = (VIEWER, OPERATOR, APPROVER)
 
@@ -128,6 +129,7 @@ class Command(BaseCommand):
         flags = ", ".join(f"{n} {kind}" for kind, n in health["candidates"].items()) or "none"
         self.stdout.write(f"Health: {health['raised']} GPUs flagged ({flags})")
         self.stdout.write(f"Procurement: {procurement_demo_seed(actor=SYSTEM)}")
+        self.stdout.write(f"Acceptance: {acceptance_demo_seed(actor=SYSTEM)}")
         rollout = rollout_demo_create(simulator_url=settings.FLEET_DEMO_BMC_URL, actor=SYSTEM)
         if rollout is not None:
             self.stdout.write(f"Demo rollout '{rollout.name}' ({rollout.get_state_display()}) on the BMC simulator "
