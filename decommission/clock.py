@@ -6,21 +6,15 @@ from __future__ import annotations
 
 import datetime as dt
 
-from django.db import connection
 from django.db.models import DateTimeField, ExpressionWrapper
 from django.db.models.functions import Now
-from django.utils import timezone
 
-
-def db_now() -> dt.datetime:
-    """The database's current time (PostgreSQL ``clock_timestamp()``: real time, not the transaction's start)."""
-    if connection.vendor != "postgresql":
-        return timezone.now()  # SQLite runs in one process on one machine: its clock is the only one
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT clock_timestamp()")
-        return cursor.fetchone()[0]
+from fleet.clock import db_now
 
 
 def db_in(seconds: float) -> ExpressionWrapper:
     """``now + seconds`` evaluated by the database inside the statement that writes it."""
     return ExpressionWrapper(Now() + dt.timedelta(seconds=seconds), output_field=DateTimeField())
+
+
+__all__ = ["db_in", "db_now"]

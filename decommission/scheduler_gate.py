@@ -5,7 +5,9 @@ False at once. With one it records a hold for the asset (inventory.scheduler.hol
 sent), sends the drain fenced by the asset's lease, and returns True (wait, ``ctx.wait_seconds`` set) while a job
 still runs on the node or the node is not yet drained or down. A decommissioned server never returns: its hold is
 never released (the node stays drained; removing it from slurm.conf is the operator's step).
-``asset_waits(request)`` is what the request page shows per server."""
+``asset_waits(request)`` is what the request page shows per server. It decides nothing on time: the hold's times
+are the database's (inventory.scheduler.holds) and the executor turns ``wait_seconds`` into ``next_run_at`` on the
+database's clock (decommission.clock)."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
+from django.utils import timezone
 
 from decommission.models import Asset, DecommissionRequest
 from fleet.execution import fenced
@@ -35,6 +38,9 @@ def asset_wait(ctx: Any) -> bool:
                                   reason=f"decommission {asset.request} ({asset.label})")
         if hold.state == HoldState.REQUESTED:
             hold = holds.hold_drain(hold, check=lambda: fenced(ctx.lease))
+        if hold.state == HoldState.REQUESTED:  # not sent yet (hold_drain raises then; never wipe on it)
+            ctx.wait_seconds = settings.FLEET_SCHEDULER_POLL_SECONDS
+            return True
         if hold.state not in (HoldState.HELD, HoldState.FOREIGN):
             return False  # the scheduler does not know the node
         live = holds.node_live(hold.node)
@@ -68,7 +74,8 @@ def asset_waits(request: DecommissionRequest) -> list[AssetWait]:
         if node is not None and node.job_count:
             ids = ", ".join(str(j) for j in node.job_ids[:10])
             text = (f"waiting: {node.job_count} job{'s' if node.job_count != 1 else ''} left on {hold.node} "
-                    f"(ids {ids}), draining since {hold.drained_at or hold.requested_at:%H:%M}; no wipe step "
+                    f"(ids {ids}), draining since {timezone.localtime(hold.drained_at or hold.requested_at):%H:%M}; "
+                    "no wipe step "
                     "before the node is idle")
         elif hold.state == HoldState.REQUESTED:
             text = f"drain of {hold.node} requested"

@@ -32,6 +32,13 @@ def configured() -> Scheduler | None:
     return _backend[1]
 
 
+def forget() -> None:
+    """Drop this process's backend: the next ``configured()`` makes a new one (it copies the environment, e.g.
+    ``PATH``, when it is made)."""
+    global _backend
+    _backend = None
+
+
 def _make(kind: str, conf: str, timeout: float, cache: float) -> Scheduler | None:
     if not kind:
         return None
@@ -51,4 +58,4 @@ def fleet_reason_prefix() -> str:
 
 
 __all__ = ["DISPLAY_STATES", "DOWN", "DRAINED", "DRAINING", "NodeState", "Scheduler", "SchedulerError",
-           "configured", "fleet_reason_prefix", "node_name"]
+           "configured", "fleet_reason_prefix", "forget", "node_name"]

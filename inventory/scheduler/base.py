@@ -7,7 +7,9 @@ never see a scheduler's own vocabulary:
   running work goes on until it ends (Kubernetes: evict per the policy, then wait);
 - ``resume(node, only_if_reason)``: put it back in service, but only if the reason it is out for is still
   ``only_if_reason`` (Slurm: State=RESUME; Kubernetes: uncordon). Returns whether it was sent;
-- ``node_state(nodes)``: state, flags, reason (and who set it), partitions and the jobs running there;
+  ``resume_many({node: reason}, live=...)`` does it for many nodes with one read (or the caller's reading);
+- ``node_state(nodes)``: state, flags, reason (and who set it), partitions and the jobs running there; one read of
+  the scheduler answers for any number of nodes (callers ask once per batch, not once per node);
 - ``jobs_on(node)`` / ``requeue(jobs)``: what runs there, and send it back to the queue;
 - ``reserve(name, nodes, start, seconds)`` / ``unreserve(name)``: a maintenance reservation.
 """
@@ -16,7 +18,7 @@ from __future__ import annotations
 
 import datetime as dt
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 # Display states, the ones pages, the API and the dashboard show.
@@ -88,8 +90,28 @@ class Scheduler(ABC):
     @abstractmethod
     def drain(self, node: str, reason: str) -> None: ...
 
+    def resume(self, node: str, only_if_reason: str) -> bool:
+        return node in self.resume_many({node: only_if_reason})
+
+    def resume_many(self, reasons: Mapping[str, str], *, live: Mapping[str, NodeState] | None = None) -> set[str]:
+        """RESUME each node still drained for its reason in ``reasons``: per ``live``, a reading the caller took
+        under the nodes' locks just before, or one read now. Slurm has no compare-and-set: a person changing a
+        reason between the reading and the request is a race no backend of the CLI can close. Returns the nodes
+        resumed."""
+        if live is None:
+            self.invalidate()
+            live = self.node_state(list(reasons))
+        sent = set()
+        for node, reason in reasons.items():
+            state = live.get(node)
+            if state is not None and state.drain and state.reason == reason:
+                self.send_resume(node)
+                sent.add(node)
+        return sent
+
     @abstractmethod
-    def resume(self, node: str, only_if_reason: str) -> bool: ...
+    def send_resume(self, node: str) -> None:
+        """Put the node back in service, unconditionally: callers checked whose it is (``resume_many``)."""
 
     @abstractmethod
     def requeue(self, jobs: Sequence[int]) -> None: ...

@@ -1,28 +1,34 @@
 """Fleet's drains and resumes of scheduler nodes: recorded side effects (docs/scheduler.md).
 
 - ``hold_request`` records a hold (``requested``) and commits it, flushed, BEFORE any drain is sent; one key per
-  reason (a rollout target, a GPU, a decommission asset): asking twice returns the same hold.
-- ``hold_drain`` sends it under the node's advisory lock after re-reading the hold: a node already out for
-  someone else (drained with another reason, down, reserved) makes the hold ``foreign`` (nothing sent, never
-  resumed); a node already drained for Fleet is ``held`` without a second request; otherwise DRAIN is sent with
-  the hold's reason and the hold is ``held``. A worker that died after sending finds the node drained with its
-  reason: ``held``, nothing sent twice. ``check()`` (the caller's fence) runs just before the request leaves.
-- ``hold_release`` records ``releasing`` (committed, flushed) and then resumes under the node's lock, only if
-  the node is still drained with a Fleet reason and no other Fleet hold is open on it; a node no longer drained
-  is ``released`` without a request (the earlier attempt landed), a node out for someone else is ``left``.
-So a node Fleet drained is resumed at most once per hold, and exactly once when its last hold ends.
+  reason (a rollout target's attempt, a GPU's drain, a decommission asset): asking twice returns the same hold.
+- ``holds_drain`` sends requested holds: under every node's advisory lock (taken in one order) and after
+  re-reading the holds, ONE read of the scheduler for all their nodes, then at most one DRAIN per node. A node
+  already out for someone else (drained with another reason, down, reserved) makes its holds ``foreign`` (nothing
+  sent, never resumed); a node already drained for Fleet makes them ``held`` without a second request; otherwise
+  DRAIN is sent with the first hold's reason (the holds of one bulk action share a reason naming every GPU) and
+  they are ``held``. A worker that died after sending finds the node drained with its reason: ``held``, nothing
+  sent twice. ``check(hold)`` (the caller's fence) runs just before a node's request leaves; False: nothing is
+  sent for that hold (it stays ``requested``).
+- ``holds_release`` records ``releasing`` (committed, flushed) and then, under the nodes' locks and with one read,
+  resumes each node once, only if it is still drained with a Fleet reason and no other Fleet hold is open on it;
+  a node no longer drained is ``released`` without a request (the earlier attempt landed), a node out for
+  someone else is ``left``.
+So a node Fleet drained is resumed at most once per hold, and exactly once when its last hold ends. Every time
+written here is the database's (``fleet.clock``): the rollout engine compares its drain deadline with them.
 """
 
 from __future__ import annotations
 
 import zlib
-from collections.abc import Callable, Sequence
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Sequence
 
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
-from django.utils import timezone
 
-from fleet.audit import SystemActor, audit_write
+from fleet.audit import SystemActor, audit_event, audit_write, audit_write_many
+from fleet.clock import db_now
 from fleet.models import AuditAction
 from inventory.models import HoldState, SchedulerHold, Server
 from inventory.models.scheduler import HOLD_DRAINING, HOLD_OPEN
@@ -30,6 +36,7 @@ from inventory.scheduler import NodeState, SchedulerError, configured, node_name
 
 SCHEDULER_ACTOR = SystemActor("scheduler")
 NODE_LOCK_NS = 0x5C4E  # advisory lock namespace: (NODE_LOCK_NS, crc32(node name))
+BATCH = 500  # holds per batch: their nodes' locks are held while one DRAIN/RESUME per node is sent (~20 ms each)
 
 
 def _flushed() -> None:
@@ -38,11 +45,13 @@ def _flushed() -> None:
             cursor.execute("SET LOCAL synchronous_commit TO on")
 
 
-def _lock_node(node: str) -> None:
-    if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)",
-                           [NODE_LOCK_NS, zlib.crc32(node.encode()) - 2 ** 31])
+def _lock_nodes(nodes: Iterable[str]) -> None:
+    """Every node's advisory lock, in one order (by key): two batches never wait for each other in a circle."""
+    if connection.vendor != "postgresql":
+        return
+    with connection.cursor() as cursor:
+        for key in sorted({zlib.crc32(node.encode()) - 2 ** 31 for node in nodes}):
+            cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [NODE_LOCK_NS, key])
 
 
 def fleet_reason(text: str) -> str:
@@ -51,7 +60,7 @@ def fleet_reason(text: str) -> str:
 
 def _audit(hold: SchedulerHold, message: str) -> None:
     audit_write(actor=SCHEDULER_ACTOR, action=AuditAction.UPDATE, obj=hold.server,
-                changes={"scheduler": [hold.node, hold.state]}, message=message[:500], at=timezone.now())
+                changes={"scheduler": [hold.node, hold.state]}, message=message[:500], at=db_now())
 
 
 def hold_request(*, key: str, server: Server, reason: str, partitions: Sequence[str] = ()) -> SchedulerHold:
@@ -70,47 +79,115 @@ def hold_request(*, key: str, server: Server, reason: str, partitions: Sequence[
                 hold = SchedulerHold.objects.create(
                     key=key, owner=owner, owner_id=int(owner_id) if owner_id.isdigit() else None, server=server,
                     node=node_name(server), reason=fleet_reason(reason),
-                    partitions="," + ",".join(partitions) + "," if partitions else "", requested_at=timezone.now())
+                    partitions="," + ",".join(partitions) + "," if partitions else "", requested_at=db_now())
         except IntegrityError:
             return SchedulerHold.objects.get(key=key)
         _audit(hold, f"drain of {hold.node} recorded: {hold.reason}")
     return hold
 
 
-def hold_drain(hold: SchedulerHold, *, check: Callable[[], None] = lambda: None) -> SchedulerHold:
-    """Send a requested hold's drain (see the module docstring). Raises ``SchedulerError`` (nothing decided:
-    the hold stays ``requested`` and is sent again later)."""
-    if hold.state != HoldState.REQUESTED:
-        return hold
-    sched = configured()
-    if sched is None:
-        return hold
+def holds_request(requests: Sequence[tuple[str, Server, str]]) -> list[SchedulerHold]:
+    """``hold_request`` for many (key, server, reason) at once: one flushed insert, one audit event per server.
+    Returns the holds in the given order (an existing key's hold as it is)."""
+    if not requests:
+        return []
+    now = db_now()
     with transaction.atomic():
-        _lock_node(hold.node)
-        hold = SchedulerHold.objects.select_for_update().get(pk=hold.pk)
-        if hold.state != HoldState.REQUESTED:
-            return hold
-        sched.invalidate()
-        live = sched.node_state([hold.node]).get(hold.node)
-        now = timezone.now()
-        prefix = settings.FLEET_SCHEDULER_REASON_PREFIX
-        if live is None:
-            hold.state, hold.note = HoldState.LEFT, "the scheduler does not know this node: nothing to drain"
-        elif live.drain and live.reason.startswith(prefix):
-            hold.state, hold.drained_at = HoldState.HELD, now
-            hold.note = "" if live.reason == hold.reason else f"already drained by Fleet: {live.reason}"[:500]
-        elif live.drained_by(prefix) == "other":
-            hold.state, hold.drained_at = HoldState.FOREIGN, now
-            hold.note = _foreign_note(live)
-        else:
-            check()  # the caller's fence: a worker that lost its claim sends nothing
-            sched.drain(hold.node, hold.reason)
-            hold.state, hold.drained_at, hold.note = HoldState.HELD, now, ""
+        _flushed()
+        rows = []
+        for key, server, reason in requests:
+            owner, _, rest = key.partition(":")
+            owner_id = rest.split(":", 1)[0]
+            rows.append(SchedulerHold(key=key, owner=owner, owner_id=int(owner_id) if owner_id.isdigit() else None,
+                                      server=server, node=node_name(server), reason=fleet_reason(reason),
+                                      requested_at=now))
+        SchedulerHold.objects.bulk_create(rows, ignore_conflicts=True)
+        found = {h.key: h for h in SchedulerHold.objects.filter(key__in=[r.key for r in rows]).select_related("server")}
+        audited: dict[int, list[SchedulerHold]] = defaultdict(list)
+        for hold in found.values():
+            if hold.requested_at == now:  # recorded here (an older key keeps its first time)
+                audited[hold.server_id].append(hold)
+        audit_write_many(audit_event(actor=SCHEDULER_ACTOR, action=AuditAction.UPDATE, obj=held[0].server,
+                                     changes={"scheduler": [held[0].node, HoldState.REQUESTED]}, at=now,
+                                     message=f"drain of {held[0].node} recorded ({len(held)} hold"
+                                             f"{'s' if len(held) != 1 else ''}): {held[0].reason}"[:500])
+                         for held in audited.values())
+    return [found[key] for key, _, _ in requests]
+
+
+def hold_drain(hold: SchedulerHold, *, check: Callable[[], None] = lambda: None) -> SchedulerHold:
+    """Send one requested hold's drain (``holds_drain``); ``check()`` raises when the caller lost its claim.
+    Raises ``SchedulerError`` (nothing decided: the hold stays ``requested`` and is sent again later)."""
+
+    def checked(_: SchedulerHold) -> bool:
+        check()
+        return True
+
+    done = holds_drain([hold], check=checked)[0]
+    if done.state == HoldState.REQUESTED:
+        raise SchedulerError(done.note or f"the drain of {done.node} was not sent")
+    return done
+
+
+def holds_drain(holds: Sequence[SchedulerHold], *, check: Callable[[SchedulerHold], bool] | None = None
+                ) -> list[SchedulerHold]:
+    """Send the drains of requested holds (see the module docstring): one scheduler read for all of them, at most
+    one DRAIN per node. Returns the holds as they are now, in the given order. Raises ``SchedulerError`` when the
+    scheduler cannot be read (nothing decided); a DRAIN that fails leaves that node's holds ``requested``."""
+    sched = configured()
+    wanted = [h.pk for h in holds if h.state == HoldState.REQUESTED]
+    if sched is None or not wanted:
+        return list(holds)
+    prefix = settings.FLEET_SCHEDULER_REASON_PREFIX
+    with transaction.atomic():
+        _lock_nodes(h.node for h in holds if h.pk in wanted)
+        fresh = {h.pk: h for h in SchedulerHold.objects.select_for_update(of=("self",)).filter(pk__in=wanted)
+                 .select_related("server").order_by("id")}
+        by_node: dict[str, list[SchedulerHold]] = defaultdict(list)
+        for hold in fresh.values():
+            if hold.state == HoldState.REQUESTED:
+                by_node[hold.node].append(hold)
+        if by_node:
+            sched.invalidate()
+            live_nodes = sched.node_state(sorted(by_node))
+            now = db_now()
+            for node, node_holds in by_node.items():
+                live = live_nodes.get(node)
+                if live is None:
+                    _decided(node_holds, HoldState.LEFT, "the scheduler does not know this node: nothing to drain")
+                elif live.drain and live.reason.startswith(prefix):
+                    for hold in node_holds:
+                        note = "" if live.reason == hold.reason else f"already drained by Fleet: {live.reason}"
+                        _decided([hold], HoldState.HELD, note, drained_at=now, live=live)
+                elif live.drained_by(prefix) == "other":
+                    _decided(node_holds, HoldState.FOREIGN, _foreign_note(live), drained_at=now, live=live)
+                else:
+                    sending = [h for h in node_holds if check is None or check(h)]  # the callers' fences
+                    if not sending:
+                        continue
+                    try:
+                        sched.drain(node, sending[0].reason)
+                    except SchedulerError as exc:  # maybe landed: the next attempt reads the node and sees
+                        for hold in sending:
+                            hold.note = f"drain not sent yet: {exc}"[:500]
+                            hold.save(update_fields=["note"])
+                        continue
+                    for hold in sending:
+                        note = "" if hold.reason == sending[0].reason else f"drained for Fleet: {sending[0].reason}"
+                        _decided([hold], HoldState.HELD, note, drained_at=now, live=live)
+    return [fresh.get(h.pk, h) for h in holds]
+
+
+def _decided(holds: Iterable[SchedulerHold], state: str, note: str, *, drained_at=None,  # type: ignore[no-untyped-def]
+             live: NodeState | None = None) -> None:
+    for hold in holds:
+        hold.state, hold.note = state, note[:500]
+        if drained_at is not None:
+            hold.drained_at = drained_at
         hold.partitions = hold.partitions or (("," + ",".join(live.partitions) + ",") if live and live.partitions
                                               else "")
         hold.save(update_fields=["state", "drained_at", "note", "partitions"])
         _audit(hold, f"{hold.node}: {hold.get_state_display()} ({hold.note or hold.reason})")
-    return hold
 
 
 def _foreign_note(live: NodeState) -> str:
@@ -121,58 +198,84 @@ def _foreign_note(live: NodeState) -> str:
 
 
 def hold_release(hold: SchedulerHold) -> SchedulerHold:
-    """End a hold: record ``releasing`` (flushed), then resume the node if it is Fleet's to resume. Safe to call
-    any number of times, from any worker."""
-    if hold.state in (HoldState.RELEASED, HoldState.LEFT):
-        return hold
-    if hold.state == HoldState.FOREIGN:
-        SchedulerHold.objects.filter(pk=hold.pk, state=HoldState.FOREIGN).update(
-            state=HoldState.LEFT, released_at=timezone.now())
-        hold.refresh_from_db()
-        return hold
-    if hold.state != HoldState.RELEASING:
+    """End one hold (``holds_release``). Safe to call any number of times, from any worker."""
+    return holds_release([hold])[0]
+
+
+def holds_release(holds: Sequence[SchedulerHold]) -> list[SchedulerHold]:
+    """End holds: record ``releasing`` (flushed), then resume each node that is Fleet's to resume, once, with one
+    scheduler read for all of them. Returns the holds as they are now, in the given order. Raises
+    ``SchedulerError`` when the scheduler cannot be asked: they stay ``releasing``, finished by the next call."""
+    now = db_now()
+    foreign = [h.pk for h in holds if h.state == HoldState.FOREIGN]
+    if foreign:
+        SchedulerHold.objects.filter(pk__in=foreign, state=HoldState.FOREIGN).update(
+            state=HoldState.LEFT, released_at=now)
+    ending = [h.pk for h in holds if h.state in (HoldState.REQUESTED, HoldState.HELD)]
+    if ending:
         with transaction.atomic():
             _flushed()
-            SchedulerHold.objects.filter(pk=hold.pk, state__in=(HoldState.REQUESTED, HoldState.HELD)).update(
-                state=HoldState.RELEASING, release_requested_at=timezone.now())
-        hold.refresh_from_db()
-    return _resume(hold)
+            SchedulerHold.objects.filter(pk__in=ending, state__in=(HoldState.REQUESTED, HoldState.HELD)).update(
+                state=HoldState.RELEASING, release_requested_at=now)
+    current = {h.pk: h for h in SchedulerHold.objects.filter(pk__in=[h.pk for h in holds]).select_related("server")}
+    current.update(_resume([h for h in current.values() if h.state == HoldState.RELEASING]))
+    return [current.get(h.pk, h) for h in holds]
 
 
-def _resume(hold: SchedulerHold) -> SchedulerHold:
+def _resume(holds: Sequence[SchedulerHold]) -> dict[int, SchedulerHold]:
+    """Resume the nodes of ``releasing`` holds (one read under the nodes' locks, one RESUME per node)."""
     sched = configured()
-    if hold.state != HoldState.RELEASING or sched is None:
-        return hold
+    if sched is None or not holds:
+        return {}
     prefix = settings.FLEET_SCHEDULER_REASON_PREFIX
     with transaction.atomic():
-        _lock_node(hold.node)
-        hold = SchedulerHold.objects.select_for_update().get(pk=hold.pk)
-        if hold.state != HoldState.RELEASING:
-            return hold
-        if hold.drained_at is None:  # never sent (it was still requested): nothing of ours to undo
-            return _ended(hold, HoldState.RELEASED, "the drain was never sent")
+        _lock_nodes(h.node for h in holds)
+        fresh = {h.pk: h for h in SchedulerHold.objects.select_for_update(of=("self",)).filter(
+            pk__in=[h.pk for h in holds], state=HoldState.RELEASING).select_related("server").order_by("id")}
+        never = [h for h in fresh.values() if h.drained_at is None]  # still requested: nothing of ours to undo
+        _ended(never, HoldState.RELEASED, "the drain was never sent")
+        by_node: dict[str, list[SchedulerHold]] = defaultdict(list)
+        for hold in fresh.values():
+            if hold.drained_at is not None:
+                by_node[hold.node].append(hold)
+        if not by_node:
+            return fresh
+        others: dict[str, SchedulerHold] = {}
+        for other in (SchedulerHold.objects.filter(node__in=list(by_node), state__in=HOLD_DRAINING)
+                      .exclude(pk__in=list(fresh)).order_by("id")):
+            others.setdefault(other.node, other)
         sched.invalidate()
-        live = sched.node_state([hold.node]).get(hold.node)
-        other = (SchedulerHold.objects.filter(node=hold.node, state__in=HOLD_DRAINING).exclude(pk=hold.pk)
-                 .order_by("id").first())
-        if live is None:
-            return _ended(hold, HoldState.LEFT, "the scheduler does not know this node any more")
-        if not live.drain:
-            return _ended(hold, HoldState.RELEASED, f"not drained any more ({live.display})")
-        if not live.reason.startswith(prefix):
-            return _ended(hold, HoldState.LEFT, f"out for someone else now: {_foreign_note(live)}")
-        if other is not None:
-            return _ended(hold, HoldState.LEFT, f"still drained for Fleet: {other.reason}")
-        if not sched.resume(hold.node, only_if_reason=live.reason):
-            return _ended(hold, HoldState.LEFT, "the node's reason changed just before the resume: left alone")
-        return _ended(hold, HoldState.RELEASED, "resumed")
+        live_nodes = sched.node_state(sorted(by_node))
+        to_resume: dict[str, str] = {}
+        for node, node_holds in by_node.items():
+            live = live_nodes.get(node)
+            if live is None:
+                _ended(node_holds, HoldState.LEFT, "the scheduler does not know this node any more")
+            elif not live.drain:
+                _ended(node_holds, HoldState.RELEASED, f"not drained any more ({live.display})")
+            elif not live.reason.startswith(prefix):
+                _ended(node_holds, HoldState.LEFT, f"out for someone else now: {_foreign_note(live)}")
+            elif node in others:
+                _ended(node_holds, HoldState.LEFT, f"still drained for Fleet: {others[node].reason}")
+            else:
+                to_resume[node] = live.reason
+        # The read above, under the nodes' locks, is the check: no second read per node (Slurm has no
+        # compare-and-set; the window is this batch's RESUMEs, docs/scheduler.md).
+        resumed = sched.resume_many(to_resume, live=live_nodes)
+        for node in to_resume:
+            if node in resumed:
+                _ended(by_node[node], HoldState.RELEASED, "resumed")
+            else:
+                _ended(by_node[node], HoldState.LEFT, "the node's reason changed just before the resume: left alone")
+    return fresh
 
 
-def _ended(hold: SchedulerHold, state: str, note: str) -> SchedulerHold:
-    hold.state, hold.note, hold.released_at = state, note[:500], timezone.now()
-    hold.save(update_fields=["state", "note", "released_at"])
-    _audit(hold, f"{hold.node}: {hold.get_state_display()} ({note})")
-    return hold
+def _ended(holds: Iterable[SchedulerHold], state: str, note: str) -> None:
+    now = db_now()
+    for hold in holds:
+        hold.state, hold.note, hold.released_at = state, note[:500], now
+        hold.save(update_fields=["state", "note", "released_at"])
+        _audit(hold, f"{hold.node}: {hold.get_state_display()} ({note})")
 
 
 def hold_requeue(hold: SchedulerHold, jobs: Sequence[int]) -> list[int]:
@@ -193,22 +296,22 @@ def hold_requeue(hold: SchedulerHold, jobs: Sequence[int]) -> list[int]:
 
 def holds_sweep(*, exclude_prefix: str = "rollout-target:") -> dict[str, int]:
     """Beat: send requested holds whose sender died (not those an engine step sends itself), and finish every
-    ``releasing`` hold (its resume was recorded, maybe never sent)."""
+    ``releasing`` hold (its resume was recorded, maybe never sent): one scheduler read per batch of each."""
     done = {"drained": 0, "released": 0}
     if configured() is None:
         return done
-    for hold in SchedulerHold.objects.filter(state=HoldState.REQUESTED).exclude(key__startswith=exclude_prefix)[:500]:
-        try:
-            hold_drain(hold)
-            done["drained"] += 1
-        except SchedulerError:
-            continue
-    for hold in SchedulerHold.objects.filter(state=HoldState.RELEASING)[:500]:
-        try:
-            _resume(hold)
-            done["released"] += 1
-        except SchedulerError:
-            continue
+    requested = list(SchedulerHold.objects.filter(state=HoldState.REQUESTED).exclude(key__startswith=exclude_prefix)
+                     .select_related("server").order_by("id")[:BATCH])
+    try:
+        done["drained"] = sum(h.state != HoldState.REQUESTED for h in holds_drain(requested))
+    except SchedulerError:
+        pass
+    releasing = list(SchedulerHold.objects.filter(state=HoldState.RELEASING).select_related("server")
+                     .order_by("id")[:BATCH])
+    try:
+        done["released"] = sum(h.state != HoldState.RELEASING for h in _resume(releasing).values())
+    except SchedulerError:
+        pass
     return done
 
 
@@ -232,4 +335,4 @@ def node_record(live: NodeState, server: Server | None = None) -> None:
         **({"server": server} if server is not None else {}), "state": live.display, "reason": live.reason[:500],
         "reason_user": live.reason_user[:100], "reason_at": live.reason_at, "drained_by": live.drained_by(prefix),
         "partitions": ("," + ",".join(live.partitions) + ",") if live.partitions else "",
-        "job_ids": list(live.jobs[:50]), "job_count": len(live.jobs), "refreshed_at": timezone.now()})
+        "job_ids": list(live.jobs[:50]), "job_count": len(live.jobs), "refreshed_at": db_now()})

@@ -106,16 +106,9 @@ class SlurmScheduler(Scheduler):
         self._run("scontrol", "update", f"NodeName={node}", "State=DRAIN", f"Reason={reason}")
         self.invalidate()
 
-    def resume(self, node: str, only_if_reason: str) -> bool:
-        """RESUME only if the node is still out for ``only_if_reason``. Slurm has no compare-and-set: the read
-        and the update are a few milliseconds apart (docs/scheduler.md)."""
-        self.invalidate()
-        state = self.node_state([node]).get(node)
-        if state is None or not state.drain or state.reason != only_if_reason:
-            return False
+    def send_resume(self, node: str) -> None:
         self._run("scontrol", "update", f"NodeName={node}", "State=RESUME")
         self.invalidate()
-        return True
 
     def requeue(self, jobs: Sequence[int]) -> None:
         if jobs:

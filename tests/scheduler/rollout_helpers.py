@@ -3,8 +3,14 @@ override: the factories' hostnames are not the cluster's node names)."""
 
 from __future__ import annotations
 
+import time
+
+import redis
+from django.conf import settings
+
 from firmware.models import RolloutState
 from firmware.services import rollout as svc
+from fleet import dispatch
 from fleet.audit import SYSTEM
 from inventory import services
 from tests.firmware import rollout_fleet
@@ -43,3 +49,23 @@ def resumes(slurm, node: str) -> int:
     applied = sum(log.count(f"update_node: node {node} state set to {s}\n") for s in ("IDLE", "ALLOCATED", "MIXED"))
     refused = log.count(f"Invalid node state transition requested for node {node} ")
     return applied + refused
+
+
+def worker_env(slurm) -> dict[str, str]:
+    """The environment of a real worker process pointed at the test cluster."""
+    return {"FLEET_SCHEDULER": "slurm", "SLURM_CONF": str(slurm.conf), "FLEET_SCHEDULER_POLL_SECONDS": "0.5",
+            "FLEET_SCHEDULER_CACHE_SECONDS": "0", "FLEET_ROLLOUT_LEASE_SECONDS": "3", "FLEET_BMC_TIMEOUT": "1",
+            "FLEET_BMC_SETTLE_SECONDS": "4"}
+
+
+def tick_until(condition, what: str, timeout: float = 60) -> None:
+    """Tick like beat (once a second, never piling ticks up in the queue) until ``condition()``."""
+    broker = redis.Redis.from_url(settings.REDIS_URL)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if broker.llen("celery") < 2:
+            dispatch.send("firmware.tasks.rollout_tick_task")
+        if condition():
+            return
+        time.sleep(1)
+    raise AssertionError(f"timed out waiting for {what}")

@@ -32,7 +32,7 @@ def test_a_rollout_waits_for_the_running_job_and_activates_only_after_it_ends(us
                 seen["while_running"].append(count)
                 seen["draining"] |= slurm.node_line("gpu01")[0] == "draining"
             target = RolloutTarget.objects.filter(server=fleet.servers[0]).first()
-            if target and target.last_error.startswith("draining") and not seen["waiting"]:
+            if target and "job left" in target.last_error and not seen["waiting"]:  # after "drain requested"
                 seen["waiting"].add(target.last_error)
                 client.force_login(users["viewer"])
                 page = client.get(reverse("rollout-detail", args=[target.rollout_id])).content.decode()

@@ -2,14 +2,12 @@
 (slurmctld's own log), and the rollout completes. Ticks go to the workers the way beat sends them."""
 
 import subprocess
-import time
 
 import pytest
 import redis
 from django.conf import settings
 
 from firmware.models import RolloutState
-from fleet import dispatch
 from inventory.models import HoldState, SchedulerHold
 from tests.scheduler import rollout_helpers as rh
 from tests.workers import start_worker
@@ -19,48 +17,29 @@ pytestmark = [pytest.mark.django_db(transaction=True),
               pytest.mark.skipif(not settings.REDIS_URL, reason="needs REDIS_URL (a real broker)")]
 
 
-def _env(slurm):
-    return {"FLEET_SCHEDULER": "slurm", "SLURM_CONF": str(slurm.conf), "FLEET_SCHEDULER_POLL_SECONDS": "0.5",
-            "FLEET_SCHEDULER_CACHE_SECONDS": "0", "FLEET_ROLLOUT_LEASE_SECONDS": "3", "FLEET_BMC_TIMEOUT": "1",
-            "FLEET_BMC_SETTLE_SECONDS": "4"}
-
-
-def _until(condition, what, timeout=60):
-    """Tick like beat (once a second, never piling ticks up in the queue) until ``condition()``."""
-    broker = redis.Redis.from_url(settings.REDIS_URL)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if broker.llen("celery") < 2:
-            dispatch.send("firmware.tasks.rollout_tick_task")
-        if condition():
-            return
-        time.sleep(1)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def test_kill_9_between_drain_and_resume_still_resumes_exactly_once(users, slurm, no_eager_celery, settings):
     settings.FLEET_ROLLOUT_LEASE_SECONDS = 3
     redis.Redis.from_url(settings.REDIS_URL).delete("celery")
     workers = []
     with running_simulator(bmcs=1, task_seconds=0.2, bmc_reset_seconds=0.2, seed=6) as sim:
         try:
-            workers.append(start_worker(broker=settings.REDIS_URL, env=_env(slurm), name="h19-kill-1"))
+            workers.append(start_worker(broker=settings.REDIS_URL, env=rh.worker_env(slurm), name="h19-kill-1"))
             fleet = rh.fleet_on_nodes(sim, ["gpu02"])
             job = slurm.sbatch("gpu02", 15)  # longer than the worker takes to start
             rollout = rh.start(fleet, users)
-            _until(lambda: SchedulerHold.objects.filter(state=HoldState.HELD).exists(), "the drain sent")
+            rh.tick_until(lambda: SchedulerHold.objects.filter(state=HoldState.HELD).exists(), "the drain sent")
             assert slurm.node_line("gpu02")[0] == "draining" and slurm.job_state(job) == "RUNNING"
             workers[0].kill()  # SIGKILL: between the drain and the resume
             workers[0].wait(timeout=10)
             assert rh.activations(sim, "bmc-0001") == 0
-            workers.append(start_worker(broker=settings.REDIS_URL, env=_env(slurm), name="h19-kill-2"))
+            workers.append(start_worker(broker=settings.REDIS_URL, env=rh.worker_env(slurm), name="h19-kill-2"))
 
             def settled():
                 rollout.refresh_from_db()
                 return rollout.state in rh.DONE and not SchedulerHold.objects.exclude(
                     state__in=(HoldState.RELEASED, HoldState.LEFT)).exists()
 
-            _until(settled, "the rollout settled and its hold ended", timeout=90)
+            rh.tick_until(settled, "the rollout settled and its hold ended", timeout=90)
         finally:
             for proc in workers:
                 if proc.poll() is None:

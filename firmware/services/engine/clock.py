@@ -14,21 +14,11 @@ import datetime as dt
 import threading
 import time
 
-from django.db import connection
-from django.utils import timezone
+from fleet.clock import db_now
 
 REREAD_SECONDS = 10.0
 _lock = threading.Lock()
 _base: tuple[dt.datetime, float] | None = None  # (database clock, monotonic clock) read together
-
-
-def db_now() -> dt.datetime:
-    """The database's clock, read now (one query)."""
-    if connection.vendor != "postgresql":
-        return timezone.now()
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT clock_timestamp()")
-        return cursor.fetchone()[0]
 
 
 def now() -> dt.datetime:
@@ -58,3 +48,6 @@ def forget() -> None:
     global _base
     with _lock:
         _base = None
+
+
+__all__ = ["REREAD_SECONDS", "db_now", "forget", "now", "since"]

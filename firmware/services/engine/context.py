@@ -48,6 +48,7 @@ class StepContext:
         self.target_ids: list[int] = []
         self.rollout_states: dict[int, str] = {}
         self.states_read_at = -1.0
+        self.scheduler: Any = None  # drain.ChunkScheduler: one scheduler reading and the drains to send, per chunk
 
     def rollout_running(self, rollout_id: int) -> bool:
         """Whether the rollout is still running, re-read at most every half second for the whole chunk: a pause,

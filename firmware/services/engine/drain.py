@@ -1,26 +1,30 @@
 """Draining the scheduler's node before a rollout touches a server, and resuming it when the target ends.
 
-Two calls from the engine (docs/scheduler.md lists them):
+Three calls from the engine (docs/scheduler.md lists them):
 - ``drain_gate(target, ctx)`` at the top of the draining step, after the activation window allows it: without a
   scheduler it returns None at once (the engine goes on as before). With one: the first time, under the drain
   admission lock, the caps are counted with every server whose drain Fleet requested as unavailable (a server
   counts from its drain request, in ANY rollout: site, pool and failure-domain caps, and the per-partition cap
   ``FLEET_SCHEDULER_PARTITION_MAX_DRAIN_PERCENT`` or the strategy's ``drain.partition_max_percent``) and the
-  hold is recorded (inventory.scheduler.holds: committed before the drain is sent); then the drain is sent,
-  fenced by the chunk's claim; then the step waits (``later``) until no job runs on the node and returns None:
-  the engine's own gate then moves the target to activating. The wait shows on the target ("draining: 2 jobs
-  left, ids 4711, 4712, since 10:42"). At the strategy's drain deadline: ``wait`` (keep waiting), ``skip`` (the
-  target fails as an infrastructure exception, never activated) or ``requeue`` (only with
-  ``allow_requeue``: the jobs go back to the queue, each once).
+  hold is recorded (inventory.scheduler.holds: committed before the drain is sent); the step waits while the
+  drain is requested; then it waits (``later``) until no job runs on the node and returns None: the engine's
+  own gate then moves the target to activating. The wait shows on the target ("draining: 2 jobs left, ids 4711,
+  4712, since 10:42"). At the strategy's drain deadline: ``wait`` (keep waiting), ``skip`` (the target fails as
+  an infrastructure exception, never activated) or ``requeue`` (only with ``allow_requeue``: the jobs go back
+  to the queue, each once). The deadline runs on the database's clock (``clock.since`` of the hold's times,
+  which holds.py writes on that clock): a worker whose own clock is off neither skips early nor waits forever.
+- ``drains_send(ctx)`` at the end of a chunk: the drains its targets recorded, fenced by each target's claim,
+  sent with one scheduler read for the chunk and one DRAIN per node. A chunk reads the scheduler once
+  (``ChunkScheduler``), whatever the number of its targets.
 - ``release_ended()`` from the tick: every open hold of a target that has ended (succeeded, failed, skipped,
-  cancelled, or sent again as a new attempt) is released: resumed exactly once if Fleet's reason is still set.
+  cancelled, or sent again as a new attempt) is released: resumed exactly once if Fleet's reason is still set
+  (one read and one RESUME per node for all of them).
 Staging needs no drain: the gate runs only in the draining state, after staging, and only inside the
 activation window (outside it the gate returns None and the engine's own gate makes the target wait).
 """
-
 from __future__ import annotations
 
-import datetime as dt
+import threading
 from dataclasses import dataclass
 
 from django.conf import settings
@@ -30,14 +34,16 @@ from django.utils import timezone
 
 from firmware.models import ErrorClass, RolloutTarget
 from firmware.models.rollout import TARGET_DONE
+from firmware.services.engine import clock
 from firmware.services.engine.activation_gate import cap_reached, hold_reason, unavailable
 from firmware.services.engine.context import StepContext
 from firmware.services.engine.outcomes import Outcome, fail, later
 from firmware.services.windows import activation_allowed
+from fleet.execution import LostLease
 from inventory import scheduler
 from inventory.models import HoldState, SchedulerHold
 from inventory.models.scheduler import HOLD_DRAINING, HOLD_OPEN
-from inventory.scheduler import SchedulerError, holds
+from inventory.scheduler import NodeState, SchedulerError, holds
 
 OWNER = "rollout-target"
 KEY_PREFIX = f"{OWNER}:"
@@ -67,17 +73,61 @@ def hold_key(target: RolloutTarget) -> str:
     return f"{KEY_PREFIX}{target.pk}:{started}"
 
 
+class ChunkScheduler:
+    """What one chunk of steps shares with the scheduler (its steps run on several threads): ONE reading of every
+    node, taken when a target first needs it (the scheduler's cache dropped first: a reading from before another
+    worker's drain never decides), and the drains its targets recorded, sent together at the chunk's end
+    (``drains_send``: one read under the nodes' locks, one DRAIN per node). A waiting target costs no read of
+    its own: a chunk of 100 targets waiting for jobs is one ``sinfo``/``squeue``, not 100."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.nodes: dict[str, NodeState] | None = None
+        self.error: SchedulerError | None = None
+        self.drains: dict[int, tuple[SchedulerHold, RolloutTarget]] = {}
+
+    def reading(self) -> dict[str, NodeState]:
+        with self.lock:
+            if self.error is not None:
+                raise self.error  # one failed read per chunk, not one timeout per target
+            if self.nodes is None:
+                sched = scheduler.configured()
+                sched.invalidate()
+                try:
+                    self.nodes = sched.node_state()
+                except SchedulerError as exc:
+                    self.error = exc
+                    raise
+            return self.nodes
+
+    def drain_later(self, hold: SchedulerHold, target: RolloutTarget) -> None:
+        with self.lock:
+            self.drains[hold.pk] = (hold, target)
+
+
+_CHUNKS_LOCK = threading.Lock()
+
+
+def chunk_scheduler(ctx: StepContext) -> ChunkScheduler:
+    with _CHUNKS_LOCK:
+        if ctx.scheduler is None:
+            ctx.scheduler = ChunkScheduler()
+        return ctx.scheduler
+
+
 def drain_gate(target: RolloutTarget, ctx: StepContext) -> Outcome | None:
     """None: no scheduler, or the node is drained and idle (go on). Otherwise what the step does now."""
     if scheduler.configured() is None:
         return None
     poll = settings.FLEET_SCHEDULER_POLL_SECONDS
     policy = drain_policy(target.rollout.strategy)
-    strategy, now = ctx.strategy(target.rollout), timezone.now()
-    verdict = activation_allowed(at=now, windows=ctx.windows_for(target.site_id, ctx.pools.get(target.server_id, [])),
+    strategy = ctx.strategy(target.rollout)
+    verdict = activation_allowed(at=clock.now(), windows=ctx.windows_for(target.site_id,
+                                                                        ctx.pools.get(target.server_id, [])),
                                  require_window=strategy.require_window, window_ids=strategy.window_ids)
     if not verdict.allowed:  # no drain outside the activation window (the engine's gate says the same)
         return None
+    chunk = chunk_scheduler(ctx)
     try:
         hold = SchedulerHold.objects.filter(key=hold_key(target)).first()
         if hold is None:
@@ -85,25 +135,26 @@ def drain_gate(target: RolloutTarget, ctx: StepContext) -> Outcome | None:
             if isinstance(admitted, Outcome):
                 return admitted
             hold = admitted
-        if hold.state == HoldState.REQUESTED:
-            claims = ctx.claims
-            hold = holds.hold_drain(hold, check=(lambda: claims.check(target)) if claims else (lambda: None))
+        if hold.state == HoldState.REQUESTED:  # sent at the chunk's end with the chunk's other drains
+            chunk.drain_later(hold, target)
+            note = f" ({hold.note})" if hold.note else ""
+            return later(target, poll, last_error=f"draining {hold.node}: drain requested{note}"[:2000])
         if hold.state not in (HoldState.HELD, HoldState.FOREIGN):
             return None  # the scheduler does not know the node: nothing runs there that Fleet could see
-        live = holds.node_live(hold.node)
+        live = chunk.reading().get(hold.node)  # read after the drain (drains are sent at a chunk's end)
     except SchedulerError as exc:
         return later(target, poll, last_error=f"waiting for the scheduler: {exc}"[:2000])
     if live is None or not live.jobs:
         return None
     holds.node_record(live, target.server)  # the server page shows the wait before the next refresh
-    since = hold.drained_at or hold.requested_at
+    since = hold.drained_at or hold.requested_at  # the database's clock (inventory.scheduler.holds)
     ids = ", ".join(str(j) for j in live.jobs[:10]) + (" ..." if len(live.jobs) > 10 else "")
     waiting = (f"draining {hold.node}: {len(live.jobs)} job{'s' if len(live.jobs) != 1 else ''} left, ids {ids}, "
                f"since {timezone.localtime(since):%H:%M}")
     if hold.state == HoldState.FOREIGN:
         waiting += f" (out for someone else: {hold.note})"
     keep_waiting = policy.on_deadline == "wait" or (policy.on_deadline == "requeue" and not policy.allow_requeue)
-    if timezone.now() < since + dt.timedelta(seconds=policy.deadline_seconds) or keep_waiting:
+    if clock.since(since) < policy.deadline_seconds or keep_waiting:
         return later(target, poll, last_error=waiting[:2000])
     if policy.on_deadline == "skip":
         return fail(target, ErrorClass.INFRA, f"drain deadline ({policy.deadline_seconds}s) passed: {waiting}; "
@@ -116,6 +167,33 @@ def drain_gate(target: RolloutTarget, ctx: StepContext) -> Outcome | None:
     return later(target, poll, last_error=f"{waiting}; {note}, waiting for the jobs to leave"[:2000])
 
 
+def drains_send(ctx: StepContext) -> int:
+    """At a chunk's end: send the drains its targets recorded (``holds.holds_drain``: one read, one DRAIN per
+    node), each fenced by its target's claim just before its node's request leaves. Returns how many were
+    decided. A scheduler that does not answer leaves them requested: the targets' next steps send them again."""
+    chunk = ctx.scheduler
+    if chunk is None or not chunk.drains:
+        return 0
+    claims = ctx.claims
+    targets = {hold.pk: target for hold, target in chunk.drains.values()}
+
+    def owned(hold: SchedulerHold) -> bool:
+        if claims is None:
+            return True
+        try:
+            claims.check(targets[hold.pk])
+        except LostLease:
+            return False
+        return True
+
+    try:
+        done = holds.holds_drain([hold for hold, _ in chunk.drains.values()], check=owned)
+    except SchedulerError:
+        return 0
+    chunk.drains.clear()
+    return sum(h.state != HoldState.REQUESTED for h in done)
+
+
 def _held_targets() -> object:
     """Ids of targets with an open drain (a subquery: counted in SQL, whatever their number)."""
     return SchedulerHold.objects.filter(owner=OWNER, state__in=HOLD_OPEN).values("owner_id")
@@ -124,9 +202,8 @@ def _held_targets() -> object:
 def _admit(target: RolloutTarget, ctx: StepContext, policy: DrainPolicy) -> SchedulerHold | Outcome:
     """Count the caps with every requested drain as unavailable and record the hold, in one transaction under
     the admission lock: two steps never both take the last slot of a site, a rack, a pool or a partition."""
-    sched = scheduler.configured()
-    node = scheduler.node_name(target.server)
-    live = sched.node_state([node]).get(node)
+    cluster = chunk_scheduler(ctx).reading()
+    live = cluster.get(scheduler.node_name(target.server))
     strategy = ctx.strategy(target.rollout)
     pools = ctx.pools.get(target.server_id, [])
     with transaction.atomic():
@@ -141,7 +218,7 @@ def _admit(target: RolloutTarget, ctx: StepContext, policy: DrainPolicy) -> Sche
         capped = strategy.max_unavailable_per_site or strategy.max_unavailable_per_pool or strategy.domain_caps
         full = cap_reached(target, strategy, busy, pools) if capped else ""
         if not full and live is not None:
-            full = _partition_full(live, policy)
+            full = _partition_full(live, policy, cluster)
         if full:
             return later(target, 3, last_error=f"waiting: {full}")
         return holds.hold_request(key=hold_key(target), server=target.server,
@@ -149,14 +226,13 @@ def _admit(target: RolloutTarget, ctx: StepContext, policy: DrainPolicy) -> Sche
                                   partitions=live.partitions if live else ())
 
 
-def _partition_full(live, policy: DrainPolicy) -> str:
+def _partition_full(live: NodeState, policy: DrainPolicy, cluster: dict[str, NodeState]) -> str:
     """"" if draining ``live``'s node keeps every partition it is in under the cap; else why not."""
     percent = policy.partition_max_percent or settings.FLEET_SCHEDULER_PARTITION_MAX_DRAIN_PERCENT
     if not percent or not live.partitions:
         return ""
     if SchedulerHold.objects.filter(node=live.name, state__in=HOLD_DRAINING).exists():
         return ""  # Fleet has it drained already (a health drain): no capacity lost by this one
-    cluster = scheduler.configured().node_state()
     for partition in live.partitions:
         total = sum(1 for n in cluster.values() if partition in n.partitions)
         drained = (SchedulerHold.objects.filter(partitions__contains=f",{partition},", state__in=HOLD_DRAINING)
@@ -176,15 +252,11 @@ def release_ended(limit: int = 500) -> int:
         return 0
     targets = {t.pk: t for t in RolloutTarget.objects.filter(pk__in=[h.owner_id for h in open_holds])
                .only("id", "state", "started_at")}
-    released = 0
-    for hold in open_holds:
-        target = targets.get(hold.owner_id)
-        if target is not None and target.state not in TARGET_DONE and hold_key(target) == hold.key:
-            continue
-        try:
-            holds.hold_release(hold)
-            released += 1
-        except SchedulerError:
-            continue  # recorded as releasing: the next tick (or the scheduler refresh) sends it
-    return released
+    ended = [hold for hold in open_holds if (target := targets.get(hold.owner_id)) is None
+             or target.state in TARGET_DONE or hold_key(target) != hold.key]
+    try:
+        holds.holds_release(ended)  # one read, one RESUME per node
+    except SchedulerError:
+        return 0  # recorded as releasing: the next tick (or the scheduler refresh) sends them
+    return len(ended)
 

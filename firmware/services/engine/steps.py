@@ -24,7 +24,7 @@ from firmware.services.engine.activation_gate import draining_step
 from firmware.services.engine.claims import Claims
 from firmware.services.engine.context import StepContext
 from firmware.services.engine.dispatch import chunks_of, send_steps
-from firmware.services.engine.drain import drain_gate
+from firmware.services.engine.drain import drain_gate, drains_send
 from firmware.services.engine.locks import (
     async_commit,
     is_postgres,
@@ -109,6 +109,7 @@ def target_steps(pairs: Sequence[Sequence[int]]) -> StepsResult:
             if pending and time.monotonic() - flushed >= FLUSH_SECONDS:
                 write_results(pending, result, ctx)
                 pending, flushed = [], time.monotonic()
+        drains_send(ctx)  # h19: the drains this chunk recorded, one scheduler read and one DRAIN per node
         write_results(pending, result, ctx)
         pending = []
         if left:  # out of time: the rest go on in a new message (their leases released)
