@@ -41,7 +41,11 @@ from inventory.models import (
     Server,
     Site,
 )
-from inventory.scheduler.gpus import gpu_transition_scheduled
+from inventory.scheduler.gpus import (
+    gpu_transition_scheduled,
+    gpus_transition_refusals,
+    gpus_transition_scheduled,
+)
 
 
 def _actor_name(actor: Actor | None) -> str:
@@ -216,6 +220,11 @@ def _transition_chunk(*, gpu_ids: Sequence[int], to_state: str, actor: Actor | N
             result.errors.append({"gpu": gpu.pk, "identity": gpu.identity, "error": " ".join(exc.messages)})
             continue
         movable.append(gpu)
+    refusals = gpus_transition_refusals(gpus=movable, to_state=to_state)  # h19: RMA needs its node drained, idle
+    for gpu in movable:
+        if gpu.pk in refusals:
+            result.errors.append({"gpu": gpu.pk, "identity": gpu.identity, "error": refusals[gpu.pk][0]})
+    movable = [g for g in movable if g.pk not in refusals]
     Gpu.objects.filter(id__in=[g.pk for g in movable]).update(state=to_state, state_changed_at=now, updated_at=now)
     GpuStateChange.objects.bulk_create(
         GpuStateChange(gpu=g, from_state=g.state, to_state=to_state, actor_name=name, reason=reason, at=now)
@@ -226,6 +235,7 @@ def _transition_chunk(*, gpu_ids: Sequence[int], to_state: str, actor: Actor | N
                     message=reason, at=now, content_type=content_type)
         for g in movable
     )
+    gpus_transition_scheduled(gpus=movable, to_state=to_state, reason=reason)  # h19: one drain/resume per node
     result.done = len(movable)
     return result
 

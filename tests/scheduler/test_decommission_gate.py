@@ -36,9 +36,13 @@ def test_the_wipe_waits_for_the_running_job_and_starts_once_the_node_is_idle(use
         r = services.request_create(servers=[server], reason="eol", category="moderate", destination="resale",
                                     actor=users["operator"])
         services.request_approve(request=r, actor=users["approver"])
-        services.request_drain(request=r, actor=users["operator"])
-        assert inventory_collect(request_id=r.pk) == 1
         job = slurm.sbatch("gpu01", 120)
+        # The request's drain moves the GPUs through "drained" (inventory's bulk transition): the node drains,
+        # naming them, and the job goes on running.
+        services.request_drain(request=r, actor=users["operator"])
+        state, reason = slurm.node_line("gpu01")
+        assert state == "draining" and all(g.serial in reason for g in server.gpus.all()), reason
+        assert inventory_collect(request_id=r.pk) == 1
         services.request_start_sanitizing(request=r, actor=users["operator"])
         sim.sim.stats.clear_counters()
         for _ in range(3):
@@ -46,7 +50,7 @@ def test_the_wipe_waits_for_the_running_job_and_starts_once_the_node_is_idle(use
             run_due()
         assert sim.sim.stats.counters_json("bmc-0001")["bmcs"] == {}  # not one request reached the BMC
         assert slurm.node_line("gpu01")[0] == "draining"
-        assert SchedulerHold.objects.get().state == HoldState.HELD
+        assert SchedulerHold.objects.get(owner="decommission-asset").state == HoldState.HELD
         client.force_login(users["viewer"])
         page = client.get(reverse("decommission:request-detail", args=[r.pk])).content.decode()
         assert "1 job left on gpu01" in page and str(job) in page
