@@ -302,10 +302,18 @@ class HeatmapGroupsSerializer(serializers.Serializer):
     server = GroupArraysSerializer()
 
 
+class HeatmapCategorySerializer(serializers.Serializer):
+    label = serializers.CharField()
+    color = serializers.CharField(help_text="CSS colour, #rrggbb")
+    always = serializers.BooleanField(help_text="Shown in the legend even when no cell has this value")
+
+
 class HeatmapSerializer(serializers.Serializer):
     metric = serializers.CharField()
     unit = serializers.CharField()
     at = serializers.DateTimeField(allow_null=True)
+    categories = HeatmapCategorySerializer(many=True, help_text="A categorical layer's values by index (health, "
+                                                                "scheduler); empty for a measured metric")
     gpus = serializers.ListField(child=serializers.IntegerField(), help_text="GPU ids, site/row/rack/server/slot order")
     values = serializers.ListField(child=serializers.IntegerField(allow_null=True))
     servers = serializers.ListField(child=serializers.IntegerField(), help_text="Index into groups.server per GPU")

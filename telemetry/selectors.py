@@ -7,14 +7,15 @@ from __future__ import annotations
 
 import datetime as dt
 import time
-from collections.abc import Callable, Iterable, Sequence
-from typing import Any, Literal, NamedTuple
+from collections.abc import Iterable, Sequence
+from typing import Any, Literal
 
 from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
+from inventory.heatmap_layers import HEATMAP_LAYERS, Category, heatmap_layer_register
 from inventory.models import Gpu, Rack, Row, Server, Site
 from telemetry import compact, promql
 from telemetry.dcgm import THROTTLE_HW_MASK
@@ -252,24 +253,12 @@ _PLACED = ("FROM inventory_gpu g JOIN inventory_server sv ON sv.id = g.server_id
            "JOIN inventory_site st ON st.id = g.site_id")
 
 
-class HeatmapLayer(NamedTuple):
-    label: str
-    unit: str
-    values: Callable[[dt.datetime | None], tuple[list[int], list[int | None]]]  # (at) -> (gpu ids, values)
-
-
-# Heatmap layers that are not telemetry metrics: health flags here; another app may register its own (e.g. a
-# scheduler state) from its AppConfig.ready(). A layer gives (gpu ids, small ints) for an instant; the heatmap's
-# order, groups, document, caching and API stay the same for every layer.
-HEATMAP_LAYERS: dict[str, HeatmapLayer] = {}
+# Heatmap layers that are not telemetry metrics live in inventory.heatmap_layers (the app that owns a layer's data
+# registers it there: inventory's scheduler state, the health flags below). A layer gives (gpu ids, small ints) for
+# an instant; the heatmap's order, groups, document, caching and API stay the same for every layer.
 TELEMETRY_HEATMAP_LABELS = {"gpu_temp": "GPU temperature (°C)", "mem_temp": "Memory temperature (°C)",
                             "power": "Power (W)", "sm_clock": "SM clock (MHz)", "tlimit": "T.Limit headroom (°C)",
                             "throttle": "Throttled (hardware)"}
-
-
-def heatmap_layer_register(name: str, *, label: str, unit: str,
-                           values: Callable[[dt.datetime | None], tuple[list[int], list[int | None]]]) -> None:
-    HEATMAP_LAYERS[name] = HeatmapLayer(label, unit, values)
 
 
 def heatmap_metrics() -> tuple[str, ...]:
@@ -288,7 +277,9 @@ def _health_values(at: dt.datetime | None) -> tuple[list[int], list[int | None]]
     return [r[0] for r in rows], [r[1] for r in rows]
 
 
-heatmap_layer_register("health", label="Health flags", unit="severity", values=_health_values)
+heatmap_layer_register("health", label="Health flags", unit="severity", values=_health_values, categories=(
+    Category("healthy", "#78be82"), Category("watch", "#f0c83c"), Category("drain", "#f08228"),
+    Category("RMA", "#cf222e")))
 
 
 def _check_heatmap_metric(metric: str) -> None:
@@ -436,6 +427,8 @@ def heatmap_data(*, metric: str, at: dt.datetime | None = None) -> dict[str, Any
     unknown), ``servers`` (index into ``groups.server`` per GPU); ``groups`` holds, for each level, the ids,
     names and the index in ``gpus`` where each group starts (groups are contiguous). Values come from the
     latest samples, or with ``at`` from the 5-minute rollups of that bucket (the mean over the bucket).
+    ``categories`` names a categorical layer's values (``[{"label", "color", "always"}]``, index = value; empty for
+    a measured metric): the page draws its legend and hover text from it.
     """
     _check_heatmap_metric(metric)
     arrays = _heatmap_arrays_postgres if connection.vendor == "postgresql" else _heatmap_arrays_python
@@ -456,8 +449,11 @@ def heatmap_data(*, metric: str, at: dt.datetime | None = None) -> dict[str, Any
             "server": dict(Server.objects.filter(id__in=groups["server"][0]).values_list("id", "hostname")),
         }
     names = groups["names"]
+    layer = HEATMAP_LAYERS.get(metric)
     return {
-        "metric": metric, "unit": HEATMAP_LAYERS[metric].unit if metric in HEATMAP_LAYERS else UNITS[metric], "at": floor(at, FIVE_MIN) if at else None,
+        "metric": metric, "unit": layer.unit if layer else UNITS[metric], "at": floor(at, FIVE_MIN) if at else None,
+        "categories": [{"label": c.label, "color": c.color, "always": c.always} for c in layer.categories]
+        if layer else [],
         "gpus": gpus, "values": values, "servers": groups["server_index"],
         "groups": {name: _groups(list(groups[name][0]), list(groups[name][1]), names[name]) for name, _ in _LEVELS},
     }

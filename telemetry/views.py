@@ -49,6 +49,7 @@ def heatmap(request: HtmxHttpRequest) -> HttpResponse:
     context = {
         "metric": metric,
         "metrics": metrics,
+        "layers": list(selectors.HEATMAP_LAYERS),  # categorical, "now" only: no playback
         "data_url": reverse("api:telemetry-heatmap"),
         "frames_url": reverse("api:telemetry-heatmap-frames"),
         "gpu_panel_url": reverse("telemetry-heatmap-gpu", args=[0]).removesuffix("0/"),

@@ -25,6 +25,7 @@
     return i == null ? null : { x: layout.x[i] + layout.cell / 2, y: layout.y[i] + layout.cell / 2 };
   };
   var metric = config.dataset.metric;
+  var categories = null; // a categorical layer's values ({label, color (packed), css, always}), null for a metric
   var fleet = null; // normalised data (see normalize)
   var layout = null;
   var values = null; // Float32Array, NaN = no data
@@ -85,13 +86,20 @@
     }
   })();
   var NODATA = pack(214, 219, 225), BG = pack(255, 255, 255);
-  var HEALTH = [pack(120, 190, 130), pack(240, 200, 60), pack(240, 130, 40), pack(207, 34, 46)];
-  var HEALTH_LABELS = ["healthy", "watch", "drain", "RMA"];
   var SCALES = { gpu_temp: [30, 90, "°C"], power: [0, 800, "W"] };
   var scale = [0, 1, ""];
 
+  // A categorical layer (health flags, scheduler state) names its values and their colours in the document.
+  function readCategories(list) {
+    if (!list || !list.length) return null;
+    return list.map(function (c) {
+      var hex = parseInt(String(c.color).replace("#", ""), 16);
+      return { label: c.label, css: c.color, always: c.always, packed: pack((hex >> 16) & 255, (hex >> 8) & 255, hex & 255) };
+    });
+  }
+
   function autoScale() {
-    if (metric === "health") { scale = [0, 3, ""]; return; }
+    if (categories) { scale = [0, categories.length - 1, ""]; return; }
     var fixed = SCALES[metric] || [0, 1, ""];
     var lo = Infinity, hi = -Infinity;
     for (var i = 0; i < values.length; i++) {
@@ -105,16 +113,19 @@
 
   function colour(v) {
     if (v !== v) return NODATA;
-    if (metric === "health") return HEALTH[v | 0] || NODATA;
+    if (categories) return (categories[v | 0] || {}).packed || NODATA;
     var t = (v - scale[0]) / (scale[1] - scale[0] || 1);
     return RAMP[t <= 0 ? 0 : t >= 1 ? 255 : (t * 255) | 0];
   }
 
   function drawLegend() {
-    if (metric === "health") {
-      legendEl.innerHTML = HEALTH_LABELS.map(function (label, i) {
-        var c = HEALTH[i];
-        return '<span class="swatch" style="background:rgb(' + (c & 255) + "," + ((c >> 8) & 255) + "," + ((c >> 16) & 255) + ')"></span>' + label;
+    if (categories) {
+      var counts = new Array(categories.length).fill(0);
+      for (var i = 0; i < values.length; i++) if (values[i] === values[i]) counts[values[i] | 0]++;
+      legendEl.innerHTML = categories.map(function (c, k) {
+        if (!c.always && !counts[k]) return "";
+        return '<span class="legend-item" data-category="' + k + '"><span class="swatch" style="background:' +
+          escapeHtml(c.css) + '"></span>' + escapeHtml(c.label) + ' <span class="muted">' + counts[k].toLocaleString() + "</span></span>";
       }).join(" ") + ' <span class="swatch nodata"></span>no data';
       return;
     }
@@ -290,7 +301,7 @@
 
   function formatValue(v) {
     if (v !== v) return "no data";
-    if (metric === "health") return HEALTH_LABELS[v | 0];
+    if (categories) return (categories[v | 0] || {}).label || "no data";
     return (Math.round(v * 10) / 10) + " " + scale[2];
   }
 
@@ -362,6 +373,7 @@
       stats.fetchMs = Math.round(performance.now() - t0);
       var t1 = performance.now();
       fleet = normalize(data);
+      categories = readCategories(data.categories);
       stats.cells = fleet.n;
       values = readValues(data.values, fleet.n);
       autoScale();
@@ -417,7 +429,7 @@
   }
 
   function playable() {
-    var ok = metric !== "health";
+    var ok = !document.querySelector(".metric-btn.active[data-layer]"); // layers are "now" only
     playBtn.disabled = !ok;
     playBtn.title = ok ? "Play the last 24 hours at 5-minute steps" : "Playback shows temperature or power";
   }

@@ -95,3 +95,42 @@ def test_with_the_history_store_down_the_gpu_page_renders_and_its_chart_says_why
     status = page.locator("[data-chart][data-scope='gpu'] .chart-status")
     expect(status).to_contain_text("Telemetry history is unavailable: the history store is unreachable")
     shot(page, "23-gpu-page-store-down")
+
+
+def test_the_scheduler_layer_colours_cells_by_node_state_with_a_legend(live_server, page, make_user, settings,
+                                                                      transactional_db):
+    """The "Workload scheduler" layer (inventory's, from the refreshed SchedulerNode rows): each cell in its
+    node's state colour, the legend counts the cells per state, hovering names the state, no playback."""
+    from inventory.models import SchedulerNode
+
+    settings.FLEET_SCHEDULER = "slurm"  # the layer reads the rows beat's refresh wrote: no scheduler is asked
+    rack = factories.rack(factories.site("sc1"), name="sc1-r01")
+    servers = [factories.server(rack, hostname=f"sc1-n{u}", rack_unit=2 + 4 * u) for u in range(3)]
+    gpus = {s.hostname: [factories.gpu(s) for _ in range(4)] for s in servers}
+    for server, state in zip(servers, ("allocated", "drained", "idle"), strict=True):
+        SchedulerNode.objects.create(name=server.hostname, server=server, state=state, refreshed_at=timezone.now())
+    heatmap_layout_forget()
+    expect = playwright.expect
+    viewer = make_user("viewer", username="hm-sched-viewer")
+    login(page, live_server.url, viewer.username, "/telemetry/heatmap/")
+    page.wait_for_selector("#hm-canvas[data-ready='1']")
+    page.locator(".metric-btn[data-metric='scheduler']").click()
+    legend = page.locator("#hm-legend")
+    expect(legend.locator("[data-category='2']")).to_contain_text("allocated 4")
+    expect(legend.locator("[data-category='4']")).to_contain_text("drained 4")
+    expect(legend.locator("[data-category='0']")).to_contain_text("idle 4")
+    expect(legend).to_contain_text("down 0")
+    expect(page.locator("#hm-play")).to_be_disabled()
+    shot(page, "24-heatmap-scheduler")
+
+    busy = gpus["sc1-n0"][1]
+    cell = page.evaluate(f"window.__heatmapStats.cellOf({busy.pk})")
+    rgb = page.evaluate(f"""() => {{ const c = document.getElementById('hm-canvas');
+        const d = c.getContext('2d').getImageData({int(cell['x'])}, {int(cell['y'])}, 1, 1).data;
+        return [d[0], d[1], d[2]]; }}""")
+    assert rgb == [0x31, 0x82, 0xBD]  # allocated's colour
+    canvas = page.locator("#hm-canvas")
+    canvas.hover(position=cell)
+    expect(page.locator("#hm-tooltip")).to_contain_text("allocated")
+    canvas.hover(position=page.evaluate(f"window.__heatmapStats.cellOf({gpus['sc1-n1'][0].pk})"))
+    expect(page.locator("#hm-tooltip")).to_contain_text("drained")
