@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
-from django.db import connection, models, transaction
+from django.db import IntegrityError, connection, models, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
@@ -76,10 +76,31 @@ def worker_id() -> str:
     return _WORKER
 
 
-def _flushed() -> None:
+def flushed() -> None:
+    """This transaction's commit waits for the WAL flush (``synchronous_commit`` on): a record made before a side
+    effect is sent survives a crash of the database too."""
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
             cursor.execute("SET LOCAL synchronous_commit TO on")
+
+
+def record_once[M: models.Model](model: type[M], *, key: dict[str, Any], make: Callable[[], M],
+                                  then: Callable[[M], None] = lambda row: None) -> M:
+    """The row ``key`` names, or the one ``make()`` builds, saved in a flushed transaction with ``then(row)``: the
+    record made before a side effect is sent. Idempotent: a concurrent creator's row wins (``key`` is unique)."""
+    existing = model.objects.filter(**key).first()
+    if existing is not None:
+        return existing
+    with transaction.atomic():
+        flushed()
+        try:
+            with transaction.atomic():
+                row = make()
+                row.save(force_insert=True)
+        except IntegrityError:
+            return model.objects.get(**key)
+        then(row)
+    return row
 
 
 def lease_due(queryset: models.QuerySet, *, limit: int, seconds: float, owner: str | None = None,
@@ -127,7 +148,7 @@ def fenced[T](lease: Lease, record: Callable[[], T] | None = None, *, renew_seco
     """Prove ownership and record "about to send" in one flushed transaction; raise ``LostLease`` if the row is
     no longer ours (then nothing was recorded). Call it immediately before every side effect."""
     with transaction.atomic():
-        _flushed()
+        flushed()
         if not _mine(lease).select_for_update().exists():
             raise LostLease(f"{lease.model.__name__} {lease.pk}: fence {lease.fence} is no longer current")
         result = record() if record is not None else None

@@ -28,25 +28,31 @@ class WindowVerdict:
 def window_covers(window: MaintenanceWindow, at: dt.datetime) -> bool:
     """Whether ``window`` is open at ``at`` (aware). One-off: [starts_at, ends_at); weekly: ISO weekdays +
     start_time + duration in the window's time zone (a window may run past midnight)."""
+    opening = window_next_opening(window, at)
+    return opening is not None and opening[0] <= at
+
+
+def window_next_opening(window: MaintenanceWindow, after: dt.datetime) -> tuple[dt.datetime, dt.datetime] | None:
+    """(start, end) of ``window``'s first opening that ends after ``after`` (open now: its current one), None if
+    none (a past one-off window; a weekly one looks 8 days ahead)."""
     if not window.enabled:
-        return False
+        return None
     if window.starts_at is not None and window.ends_at is not None:
-        return window.starts_at <= at < window.ends_at
+        return (window.starts_at, window.ends_at) if window.ends_at > after else None
     if window.start_time is None or not window.duration_minutes:
-        return False
+        return None
     tz = ZoneInfo(window.timezone or "UTC")
-    local = at.astimezone(tz)
+    local = after.astimezone(tz)
     days = {int(d) for d in window.weekdays.split(",") if d.strip().isdigit()}
     length = dt.timedelta(minutes=window.duration_minutes)
-    # The window that covers ``local`` started today or on one of the days before (long windows).
-    for back in range(0, 1 + length.days + 1):
-        day = local.date() - dt.timedelta(days=back)
+    for offset in range(-(length.days + 1), 9):
+        day = local.date() + dt.timedelta(days=offset)
         if day.isoweekday() not in days:
             continue
         start = dt.datetime.combine(day, window.start_time, tzinfo=tz)
-        if start <= local < start + length:
-            return True
-    return False
+        if start + length > after:
+            return start, start + length
+    return None
 
 
 def windows_in_scope(*, site_id: int | None, pool_ids: Sequence[int]) -> list[MaintenanceWindow]:

@@ -11,7 +11,13 @@ servers, GPUs and their history), :mod:`.imports` (uploaded import files). Impor
 
 from inventory.models.imports import ImportRun
 from inventory.models.places import Cooling, Hall, NvlinkDomain, PowerFeed, Rack, Row, Site
-from inventory.models.scheduler import HoldState, SchedulerHold, SchedulerNode
+from inventory.models.scheduler import (
+    HoldState,
+    ReservationState,
+    SchedulerHold,
+    SchedulerNode,
+    SchedulerReservation,
+)
 from inventory.models.servers import (
     FirmwareComponent,
     FirmwareObservation,
@@ -28,6 +34,6 @@ from inventory.models.servers import (
 
 __all__ = [
     "Cooling", "FirmwareComponent", "FirmwareObservation", "Gpu", "GpuModel", "GpuMove", "GpuState", "GpuStateChange",
-    "Hall", "HoldState", "ImportRun", "MoveKind", "NvlinkDomain", "PowerFeed", "Rack", "Row", "SchedulerHold", "SchedulerNode", "Server", "ServerPlatform", "Site",
+    "Hall", "HoldState", "ImportRun", "MoveKind", "NvlinkDomain", "PowerFeed", "Rack", "Row", "ReservationState", "SchedulerHold", "SchedulerNode", "SchedulerReservation", "Server", "ServerPlatform", "Site",
     "gpu_identity",
 ]

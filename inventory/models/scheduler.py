@@ -75,3 +75,39 @@ class SchedulerHold(models.Model):
 
     def __str__(self) -> str:
         return f"{self.key} on {self.node} ({self.state})"
+
+
+class ReservationState(models.TextChoices):
+    REQUESTED = "requested", "Reservation recorded"
+    CREATED = "created", "Reserved in the scheduler"
+    ENDING = "ending", "Deletion recorded"
+    ENDED = "ended", "Deleted"
+
+
+RESERVATION_OPEN = (ReservationState.REQUESTED, ReservationState.CREATED, ReservationState.ENDING)
+
+
+class SchedulerReservation(models.Model):
+    """A maintenance reservation Fleet asked the scheduler for (a rollout wave's window): recorded before it is
+    created, deleted exactly once when its owner ends. Its nodes in the scheduler's "reserved" state are Fleet's,
+    not someone else's (inventory.scheduler.reservations)."""
+
+    name = models.CharField(max_length=100, unique=True)  # the scheduler's name: "fleet-r12-w3-1"
+    owner = models.CharField(max_length=30)  # "rollout-wave"
+    owner_id = models.BigIntegerField()
+    nodes = models.JSONField(default=list)
+    starts_at = models.DateTimeField()
+    ends_at = models.DateTimeField()
+    state = models.CharField(max_length=10, choices=ReservationState.choices, default=ReservationState.REQUESTED)
+    note = models.CharField(max_length=500, blank=True)
+    requested_at = models.DateTimeField()
+    created_at = models.DateTimeField(null=True, blank=True)
+    ended_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["id"]
+        indexes = [models.Index(fields=["owner", "state", "owner_id"], name="schedresv_owner_idx"),
+                   models.Index(fields=["state", "id"], name="schedresv_state_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.state})"

@@ -11,7 +11,8 @@ never see a scheduler's own vocabulary:
 - ``node_state(nodes)``: state, flags, reason (and who set it), partitions and the jobs running there; one read of
   the scheduler answers for any number of nodes (callers ask once per batch, not once per node);
 - ``jobs_on(node)`` / ``requeue(jobs)``: what runs there, and send it back to the queue;
-- ``reserve(name, nodes, start, seconds)`` / ``unreserve(name)``: a maintenance reservation.
+- ``reserve(name, nodes, start, seconds)`` / ``unreserve(name)``: a maintenance reservation, both idempotent by
+  name (a name the scheduler already has is created; one it no longer has is deleted).
 """
 
 from __future__ import annotations
@@ -64,11 +65,12 @@ class NodeState:
             return RESERVED
         return self.state if self.state in (IDLE, ALLOCATED, MIXED) else UNKNOWN
 
-    def drained_by(self, prefix: str) -> str:
-        """Who took the node out: "fleet" (our reason), "other" (drained/down/reserved for another reason), ""."""
+    def drained_by(self, prefix: str, *, fleet_reserved: bool = False) -> str:
+        """Who took the node out: "fleet" (our reason), "other" (drained/down/reserved for another reason), "".
+        ``fleet_reserved``: the node is in one of Fleet's own maintenance reservations (not someone else's)."""
         if self.drain and self.reason.startswith(prefix):
             return "fleet"
-        if self.drain or self.down or self.reserved:
+        if self.drain or self.down or (self.reserved and not fleet_reserved):
             return "other"
         return ""
 

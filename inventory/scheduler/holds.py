@@ -25,24 +25,20 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 
 from django.conf import settings
-from django.db import IntegrityError, connection, transaction
+from django.db import connection, transaction
 
 from fleet.audit import SystemActor, audit_event, audit_write, audit_write_many
 from fleet.clock import db_now
+from fleet.execution import flushed, record_once
 from fleet.models import AuditAction
 from inventory.models import HoldState, SchedulerHold, Server
 from inventory.models.scheduler import HOLD_DRAINING, HOLD_OPEN
 from inventory.scheduler import NodeState, SchedulerError, configured, node_name
+from inventory.scheduler.reservations import fleet_reserved_nodes
 
 SCHEDULER_ACTOR = SystemActor("scheduler")
 NODE_LOCK_NS = 0x5C4E  # advisory lock namespace: (NODE_LOCK_NS, crc32(node name))
 BATCH = 500  # holds per batch: their nodes' locks are held while one DRAIN/RESUME per node is sent (~20 ms each)
-
-
-def _flushed() -> None:
-    if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
-            cursor.execute("SET LOCAL synchronous_commit TO on")
 
 
 def _lock_nodes(nodes: Iterable[str]) -> None:
@@ -67,23 +63,13 @@ def hold_request(*, key: str, server: Server, reason: str, partitions: Sequence[
     """Record (committed, flushed) that Fleet wants ``server``'s node drained for ``reason``; idempotent by key
     (``<owner>:<owner id>[:<more>]``: the owner and its id are stored for SQL counting).
     Call it inside the caller's transaction to make the record part of a larger decision (a capacity check)."""
-    existing = SchedulerHold.objects.filter(key=key).first()
-    if existing is not None:
-        return existing
-    with transaction.atomic():
-        _flushed()
-        try:
-            with transaction.atomic():
-                owner, _, rest = key.partition(":")
-                owner_id = rest.split(":", 1)[0]
-                hold = SchedulerHold.objects.create(
-                    key=key, owner=owner, owner_id=int(owner_id) if owner_id.isdigit() else None, server=server,
-                    node=node_name(server), reason=fleet_reason(reason),
-                    partitions="," + ",".join(partitions) + "," if partitions else "", requested_at=db_now())
-        except IntegrityError:
-            return SchedulerHold.objects.get(key=key)
-        _audit(hold, f"drain of {hold.node} recorded: {hold.reason}")
-    return hold
+    owner, _, rest = key.partition(":")
+    owner_id = rest.split(":", 1)[0]
+    return record_once(SchedulerHold, key={"key": key}, make=lambda: SchedulerHold(
+        key=key, owner=owner, owner_id=int(owner_id) if owner_id.isdigit() else None, server=server,
+        node=node_name(server), reason=fleet_reason(reason),
+        partitions="," + ",".join(partitions) + "," if partitions else "", requested_at=db_now()),
+        then=lambda hold: _audit(hold, f"drain of {hold.node} recorded: {hold.reason}"))
 
 
 def holds_request(requests: Sequence[tuple[str, Server, str]]) -> list[SchedulerHold]:
@@ -93,7 +79,7 @@ def holds_request(requests: Sequence[tuple[str, Server, str]]) -> list[Scheduler
         return []
     now = db_now()
     with transaction.atomic():
-        _flushed()
+        flushed()
         rows = []
         for key, server, reason in requests:
             owner, _, rest = key.partition(":")
@@ -150,6 +136,7 @@ def holds_drain(holds: Sequence[SchedulerHold], *, check: Callable[[SchedulerHol
         if by_node:
             sched.invalidate()
             live_nodes = sched.node_state(sorted(by_node))
+            ours = fleet_reserved_nodes(by_node)  # reserved by Fleet's own maintenance reservation: not foreign
             now = db_now()
             for node, node_holds in by_node.items():
                 live = live_nodes.get(node)
@@ -159,7 +146,7 @@ def holds_drain(holds: Sequence[SchedulerHold], *, check: Callable[[SchedulerHol
                     for hold in node_holds:
                         note = "" if live.reason == hold.reason else f"already drained by Fleet: {live.reason}"
                         _decided([hold], HoldState.HELD, note, drained_at=now, live=live)
-                elif live.drained_by(prefix) == "other":
+                elif live.drained_by(prefix, fleet_reserved=node in ours) == "other":
                     _decided(node_holds, HoldState.FOREIGN, _foreign_note(live), drained_at=now, live=live)
                 else:
                     sending = [h for h in node_holds if check is None or check(h)]  # the callers' fences
@@ -214,7 +201,7 @@ def holds_release(holds: Sequence[SchedulerHold]) -> list[SchedulerHold]:
     ending = [h.pk for h in holds if h.state in (HoldState.REQUESTED, HoldState.HELD)]
     if ending:
         with transaction.atomic():
-            _flushed()
+            flushed()
             SchedulerHold.objects.filter(pk__in=ending, state__in=(HoldState.REQUESTED, HoldState.HELD)).update(
                 state=HoldState.RELEASING, release_requested_at=now)
     current = {h.pk: h for h in SchedulerHold.objects.filter(pk__in=[h.pk for h in holds]).select_related("server")}
@@ -286,7 +273,7 @@ def hold_requeue(hold: SchedulerHold, jobs: Sequence[int]) -> list[int]:
     if sched is None or not fresh:
         return []
     with transaction.atomic():
-        _flushed()
+        flushed()
         hold.requeued = [*hold.requeued, *fresh]
         SchedulerHold.objects.filter(pk=hold.pk).update(requeued=hold.requeued)
     sched.requeue(fresh)
@@ -333,6 +320,7 @@ def node_record(live: NodeState, server: Server | None = None) -> None:
         server = None  # the server's row is another node's until the next refresh maps it again
     SchedulerNode.objects.update_or_create(name=live.name, defaults={
         **({"server": server} if server is not None else {}), "state": live.display, "reason": live.reason[:500],
-        "reason_user": live.reason_user[:100], "reason_at": live.reason_at, "drained_by": live.drained_by(prefix),
+        "reason_user": live.reason_user[:100], "reason_at": live.reason_at,
+        "drained_by": live.drained_by(prefix, fleet_reserved=bool(fleet_reserved_nodes([live.name]))),
         "partitions": ("," + ",".join(live.partitions) + ",") if live.partitions else "",
         "job_ids": list(live.jobs[:50]), "job_count": len(live.jobs), "refreshed_at": db_now()})

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.db import transaction
-from django.utils import timezone
 
+from fleet.clock import db_now
 from inventory.models import SchedulerNode, Server
 from inventory.scheduler import configured
 from inventory.scheduler.holds import holds_sweep
+from inventory.scheduler.reservations import fleet_reserved_nodes
 
 BATCH = 1000
 
@@ -25,10 +26,12 @@ def scheduler_refresh() -> dict[str, int]:
     servers: dict[str, int] = {}
     for pk, hostname, override in Server.objects.values_list("id", "hostname", "scheduler_node").order_by("id"):
         servers.setdefault((override or hostname.split(".")[0]).strip(), pk)
-    now = timezone.now()
+    now = db_now()
     prefix = settings.FLEET_SCHEDULER_REASON_PREFIX
+    ours = fleet_reserved_nodes()  # in Fleet's own maintenance reservations: reserved, but not by someone else
     rows = [SchedulerNode(name=n.name, server_id=servers.get(n.name), state=n.display, reason=n.reason[:500],
-                          reason_user=n.reason_user[:100], reason_at=n.reason_at, drained_by=n.drained_by(prefix),
+                          reason_user=n.reason_user[:100], reason_at=n.reason_at,
+                          drained_by=n.drained_by(prefix, fleet_reserved=n.name in ours),
                           partitions=("," + ",".join(n.partitions) + ",") if n.partitions else "",
                           job_ids=list(n.jobs[:50]), job_count=len(n.jobs), refreshed_at=now)
             for n in live.values()]

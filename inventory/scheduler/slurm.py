@@ -116,9 +116,20 @@ class SlurmScheduler(Scheduler):
             self.invalidate()
 
     def reserve(self, name: str, nodes: Sequence[str], start: dt.datetime, seconds: int) -> None:
-        self._run("scontrol", "create", "reservation", f"ReservationName={name}", f"Nodes={','.join(nodes)}",
-                  f"StartTime={start.astimezone(dt.UTC).replace(tzinfo=None):%Y-%m-%dT%H:%M:%S}",
-                  f"Duration={max(1, seconds // 60)}", "Flags=MAINT,IGNORE_JOBS", "Users=root")
+        """A maintenance reservation (MAINT: the scheduler places no job on the nodes that would run into it;
+        IGNORE_JOBS: it is created whatever runs there now). scontrol reads StartTime in this process's local
+        time zone (it sends epoch seconds)."""
+        try:
+            self._run("scontrol", "create", "reservation", f"ReservationName={name}", f"Nodes={','.join(nodes)}",
+                      f"StartTime={start.astimezone().replace(tzinfo=None):%Y-%m-%dT%H:%M:%S}",
+                      f"Duration={max(1, -(-seconds // 60))}", "Flags=MAINT,IGNORE_JOBS", "Users=root")
+        except SchedulerError as exc:
+            if "Duplicate reservation name" not in str(exc):
+                raise  # a worker that died after creating it: it is there, nothing more to do
 
     def unreserve(self, name: str) -> None:
-        self._run("scontrol", "delete", f"ReservationName={name}")
+        try:
+            self._run("scontrol", "delete", f"ReservationName={name}")
+        except SchedulerError as exc:
+            if "Requested reservation is invalid" not in str(exc):
+                raise  # deleted already (or it ended)

@@ -56,6 +56,8 @@ class DrainPolicy:
     on_deadline: str = "wait"
     allow_requeue: bool = False
     partition_max_percent: float | None = None
+    reservation: bool = False
+    reservation_minutes: int = 240
 
 
 def drain_policy(strategy: dict | None) -> DrainPolicy:
@@ -64,7 +66,9 @@ def drain_policy(strategy: dict | None) -> DrainPolicy:
     percent = raw.get("partition_max_percent")
     return DrainPolicy(deadline_seconds=int(raw.get("deadline_seconds", 3600)),
                        on_deadline=raw.get("on_deadline", "wait"), allow_requeue=bool(raw.get("allow_requeue")),
-                       partition_max_percent=float(percent) if percent else None)
+                       partition_max_percent=float(percent) if percent else None,
+                       reservation=bool(raw.get("reservation")),
+                       reservation_minutes=int(raw.get("reservation_minutes") or 240))
 
 
 def hold_key(target: RolloutTarget) -> str:

@@ -18,6 +18,7 @@ from firmware.services.engine.canary import canary_reinforce
 from firmware.services.engine.dispatch import chunks_of, lease_due_targets, send_steps
 from firmware.services.engine.drain import release_ended
 from firmware.services.engine.locks import TICK_LOCK, is_postgres
+from firmware.services.engine.reservations import wave_reservations_sync
 from firmware.services.plan import strategy_parse
 from firmware.services.rollout import ENGINE, rollout_abort, rollout_engine_complete, rollout_engine_pause
 
@@ -53,6 +54,7 @@ def rollout_tick(*, now: dt.datetime | None = None, limit: int | None = None) ->
         result.messages = len(chunks)
         transaction.on_commit(lambda: send_steps(chunks))
     release_ended()  # resume the scheduler nodes of targets that ended (outside the tick's transaction)
+    wave_reservations_sync()  # h19: the running waves' maintenance reservations, those of stopped waves deleted
     return result
 
 

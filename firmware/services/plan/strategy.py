@@ -45,6 +45,12 @@ class _DrainSerializer(serializers.Serializer):
     partition_max_percent = serializers.FloatField(min_value=0.1, max_value=100, required=False, allow_null=True,
                                                    default=None, help_text="Never drain more than this % of a "
                                                    "scheduler partition's nodes at once (across rollouts)")
+    reservation = serializers.BooleanField(default=False, help_text="Each wave reserves its nodes in the scheduler "
+                                           "for its window (a maintenance reservation), so no job that would run "
+                                           "into the window is started there ahead of it")
+    reservation_minutes = serializers.IntegerField(min_value=1, max_value=7 * 24 * 60, default=240,
+                                                   help_text="The reservation's length when no allow window bounds "
+                                                             "it (a strategy without require_window)")
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         if attrs.get("on_deadline") == "requeue" and not attrs.get("allow_requeue"):
