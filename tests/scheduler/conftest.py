@@ -5,6 +5,16 @@ import pytest
 from tests.scheduler.slurm_cluster import slurm_cluster
 
 
+@pytest.fixture(autouse=True)
+def _step_threads_closed():
+    """Rollouts driven in this process step on a thread pool whose threads keep their database connections:
+    closed after each test (as in tests/firmware), so the test database can be dropped at the end."""
+    yield
+    from firmware.services.engine import steps
+
+    steps.worker_pool_shutdown()
+
+
 @pytest.fixture(scope="session")
 def slurm_session():
     with slurm_cluster(nodes=4) as cluster:
