@@ -79,7 +79,7 @@ def test_kill_9_of_workers_holding_server_locks_on_200_servers(users, chaos_sett
                         return
                     time.sleep(0.02)
 
-            chaos.tick_until_settled([rollout], timeout=420, during=kill_lock_holders)
+            chaos.settle_with_a_person(sim, [rollout], users["operator"], timeout=420, during=kill_lock_holders)
         finally:
             workers.stop()
         assert len(kills) >= 20, f"only {len(kills)} kills landed on a worker holding a server lock"
@@ -120,7 +120,7 @@ def test_redis_restart_and_every_worker_session_terminated_mid_chunk(users, chao
                     if holders:
                         terminated.append((chaos.terminate_worker_sessions(), holders))
 
-            chaos.tick_until_settled([rollout], timeout=180, during=chaos_round)
+            chaos.settle_with_a_person(sim, [rollout], users["operator"], timeout=180, during=chaos_round)
         finally:
             workers.stop()
             broker.kill()
@@ -150,7 +150,7 @@ def test_late_processing_task_purging_and_reboot_windows(users, chaos_settings):
             workers.start(env=env)
             time.sleep(4)
             fleet, rollout = _start(sim, users, 60, strategy=STRATEGY)
-            chaos.tick_until_settled([rollout], timeout=180)
+            chaos.settle_with_a_person(sim, [rollout], users["operator"], timeout=180)
             # finished tasks are purged when their BMC is next asked: ask each (the control API) once they are due
             chaos.wait_for(lambda: sim.control.counters()["faults"].get("purged", 0) >= 1 or [
                 sim.control.request("GET", f"bmcs/bmc-{n:04d}/tasks") for n in (1, 2)] and False, 30,
@@ -188,7 +188,7 @@ def test_two_concurrent_rollouts_with_tight_rack_and_site_caps(users, chaos_sett
             _, first = _start(sim, users, 0, strategy=strategy, fleet=fleet, name="A",
                               selector={"vbios": rollout_fleet.OLD_VBIOS})
             _, second = _start(sim, users, 0, strategy=strategy, fleet=fleet, name="B", selector={"vbios": other})
-            chaos.tick_until_settled([first, second], timeout=240)
+            chaos.settle_with_a_person(sim, [first, second], users["operator"], timeout=240)
         finally:
             workers.stop()
         chaos.assert_at_most_once(sim, [first, second], fleet.servers)
@@ -321,7 +321,7 @@ def test_skewed_clocks_and_two_managers_per_server(users, chaos_settings, tmp_pa
             fleet.bundle = fw_factories.bundle({"gpu_vbios": rollout_fleet.NEW_VBIOS, "hmc": "HGX-23.01-1",
                                                 "bmc": "01.05.00"})
             _, rollout = _start(sim, users, 0, strategy=STRATEGY, fleet=fleet)
-            chaos.tick_until_settled([rollout], timeout=240)
+            chaos.settle_with_a_person(sim, [rollout], users["operator"], timeout=240)
         finally:
             workers.stop()
         text = log.read_text(errors="replace")
@@ -383,7 +383,7 @@ def test_kills_during_multipart_uploads(users, chaos_settings, tmp_path, setting
             sim.control.request("POST", "holds/release", {})  # the BMCs process what the dead workers sent
             workers.start(env=env)
             workers.start(env=env)
-            chaos.tick_until_settled([rollout], timeout=180)
+            chaos.settle_with_a_person(sim, [rollout], users["operator"], timeout=180)
         finally:
             workers.stop()
         assert parked >= 1 and holders, (parked, holders)  # the kills landed during uploads in flight
@@ -415,7 +415,7 @@ def test_the_soft_time_limit_firing_inside_an_update_request(users, chaos_settin
                 "FLEET_BMC_SETTLE_SECONDS": "8"})
             time.sleep(5)
             fleet, rollout = _start(sim, users, 12, strategy=STRATEGY)
-            chaos.tick_until_settled([rollout], timeout=240)
+            chaos.settle_with_a_person(sim, [rollout], users["operator"], timeout=240)
         finally:
             workers.stop()
         text = log.read_text(errors="replace")
