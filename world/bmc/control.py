@@ -10,7 +10,8 @@ from .state import Simulator
 
 INDEX = {
     "GET /_sim/config": "the configuration",
-    "POST /_sim/config": "change configuration keys (faults replaces the whole rule list)",
+    "POST /_sim/config": "change configuration keys (faults replaces the whole rule list; images: ImageURI or file "
+                         "name -> the version it carries, or {component Id: version} for a bundle)",
     "GET /_sim/bmcs": "every BMC with its base URL",
     "POST /_sim/bmcs": "create or reset BMCs: {count, prefix, start, ids, profile, versions, bmc_class}",
     "GET /_sim/bmcs/<id>": "one BMC's state: versions, pending images, power, tasks",
