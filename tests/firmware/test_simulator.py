@@ -45,6 +45,13 @@ class Bmc:
         return requests.get(self.control, timeout=5).json()["components"][component]["pending"]
 
 
+def configure(server, **changes):
+    """Configuration through the control API, as a test in another process would set it."""
+    reply = requests.post(f"{server.url}/_sim/config", json=changes, timeout=5)
+    assert reply.status_code == 200, reply.text
+    return reply.json()
+
+
 @pytest.fixture
 def clock():
     return ManualClock()
@@ -138,8 +145,8 @@ def test_simple_update_runs_a_task_and_the_version_changes_only_after_the_right_
 def test_bios_activates_on_host_reboot_and_bmc_firmware_on_a_bmc_reset_that_takes_the_bmc_away(server, clock):
     bmc = Bmc(server)
     assert bmc.update("http://img/bios.bin?version=2.8", [f"{INV}/BIOS"]).status_code == 202
-    assert bmc.update("http://img/BMC_01.05.00.bin", [f"{INV}/BMC"], Oem={"FleetSim": {"Version": "01.05.00"}}
-                      ).status_code == 202
+    configure(server, images={"http://img/BMC_01.05.00.bin": "01.05.00"})  # not the file name's "BMC_01.05.00"
+    assert bmc.update("http://img/BMC_01.05.00.bin", [f"{INV}/BMC"]).status_code == 202
     clock.advance(10)
     assert bmc.post("/redfish/v1/Systems/1/Actions/ComputerSystem.Reset", {"ResetType": "ForceOff"}).status_code == 204
     assert bmc.get("/redfish/v1/Systems/1").json()["PowerState"] == "Off"
@@ -180,9 +187,10 @@ def test_multipart_push_through_the_dmtf_redfish_client(server, clock):
     client = redfish.redfish_client(base_url=server.bmc_url("bmc-0003"), username="u", password="p")
     client.login(auth="basic")
     service = client.get("/redfish/v1/UpdateService").dict
-    params = {"Targets": [], "@Redfish.OperationApplyTime": "Immediate",
-              "Oem": {"FleetSim": {"Versions": {"HGX_FW_NVSwitch_0": "96.10.73.00.01",
-                                                "HGX_FW_NVSwitch_1": "96.10.73.00.01"}}}}
+    # A bundle: the simulator's configuration says which components it carries; no Targets updates those.
+    configure(server, images={"nvfw_HGX_H100x8_250114.fwpkg": {"HGX_FW_NVSwitch_0": "96.10.73.00.01",
+                                                               "HGX_FW_NVSwitch_1": "96.10.73.00.01"}})
+    params = {"Targets": [], "@Redfish.OperationApplyTime": "Immediate"}
     reply = client.post(service["MultipartHttpPushUri"], headers={"Content-Type": "multipart/form-data"}, body={
         "UpdateParameters": (None, json.dumps(params), "application/json"),
         "UpdateFile": ("nvfw_HGX_H100x8_250114.fwpkg", b"\x00fwpkg" * 100, "application/octet-stream")})
@@ -305,6 +313,8 @@ def test_control_api_creates_bmcs_with_versions_and_rejects_bad_config(server):
     assert state["components"]["HGX_FW_GPU_SXM_1"]["activation"] == "chassis_power_cycle"
     assert requests.post(server.url + "/_sim/config", json={"bogus": 1}, timeout=5).status_code == 400
     assert requests.post(server.url + "/_sim/config", json={"faults": [{"kind": "explode"}]}, timeout=5).status_code == 400
+    for images in ({"a.bin": 5}, {"a.bin": {}}, {"a.bin": {"BMC": 1}}, ["a.bin"]):
+        assert requests.post(server.url + "/_sim/config", json={"images": images}, timeout=5).status_code == 400
     assert requests.post(server.url + "/_sim/bmcs", json={"profile": "nope", "count": 1}, timeout=5).status_code == 400
     assert requests.post(server.url + "/_sim/clock/advance", json={"seconds": 1}, timeout=5).status_code == 200
 

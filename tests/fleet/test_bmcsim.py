@@ -6,6 +6,7 @@ import threading
 import time
 
 import pytest
+import requests
 
 from fleet.redfish import BmcError, ErrorKind, RedfishSession
 from world.bmc.testing import SimulatorControl, SimulatorProcess, running_simulator
@@ -200,3 +201,69 @@ def test_the_command_line_loads_plugins():
         session = RedfishSession(proc.bmc_url("bmc-0001"), timeout=2)
         assert session.post(ERASE, {}).status == 202
         assert proc.control.counters()["bmcs"]["bmc-0001"]["processed"] == {f"POST {ERASE}": 1}
+
+
+# Where Fleet's decommission inventory reads the plugin's resources (decommission/collect.py): standard places
+# below the system, chassis and managers that the core's renderings do not link.
+DECOMMISSION_ENTRY_POINTS = ("/redfish/v1/Systems/1/Storage", "/redfish/v1/Systems/1/LogServices",
+                             "/redfish/v1/Systems/1/Bios", "/redfish/v1/Chassis/1/NetworkAdapters/DPU_0",
+                             "/redfish/v1/Chassis/1/TrustedComponents/TPM_0", "/redfish/v1/Managers/1/LogServices/Log",
+                             "/redfish/v1/Managers/HGX_BMC_0/LogServices/Log")
+
+
+class _TextSession:
+    """GETs for ``_crawl`` that keep each answer's text."""
+
+    def __init__(self, base):
+        self.base, self.texts = base, {}
+        self.http = requests.Session()
+        self.http.auth = ("fleet", "fleet")
+
+    def get(self, path):
+        reply = self.http.get(self.base + path, timeout=5)
+        assert reply.status_code == 200, (path, reply.status_code, reply.text)
+        self.texts[path] = reply.text
+        return reply.json()
+
+
+def test_decommission_plugin_answers_carry_no_simulator_fields_and_its_test_inputs_are_control_routes():
+    """Every answer reachable from the service root and from the plugin's standard entry points, after erases
+    that finished, failed (a device fault set through the control API) and still run: no "FleetSim", no Oem key.
+    The old simulator-only Redfish resource is a standard 404."""
+    with running_simulator(bmcs=1, plugins=["world.bmc.decommission"]) as sim:
+        control = SimulatorControl(sim.url)
+        session = RedfishSession(sim.bmc_url("bmc-0001"), timeout=2)
+        dpu = "/redfish/v1/Chassis/1/NetworkAdapters/DPU_0"
+        assert control.request("POST", "bmcs/bmc-0001/decommission", {
+            "erase_seconds": 0, "fail": {dpu: 1}}) == {
+                "fail": {"Chassis/1/NetworkAdapters/DPU_0": 1}, "erase_seconds": 0.0, "event_log": True}
+        assert session.post(ERASE, {"SanitizationType": "CryptographicErase"}).status == 202
+        failed = session.post(f"{dpu}/Actions/NetworkAdapter.ResetSettingsToDefault", {})
+        assert session.get(failed.task_location)["TaskState"] == "Exception"
+        control.request("POST", "bmcs/bmc-0001/decommission", {"erase_seconds": 60})
+        running = session.post("/redfish/v1/Systems/1/Storage/1/Drives/1/Actions/Drive.SecureErase", {})
+        assert session.get(running.task_location)["TaskState"] == "Running"
+        assert session.post("/redfish/v1/Managers/1/LogServices/Log/Actions/LogService.ClearLog", {}).status == 204
+
+        crawler, docs, seen = _TextSession(sim.bmc_url("bmc-0001")), {}, set()
+        for start in ("/redfish/v1", *DECOMMISSION_ENTRY_POINTS):
+            docs.update(_crawl(crawler, start, seen))
+        assert {"/redfish/v1/Systems/1/Storage/1/Drives/1", "/redfish/v1/Systems/1/LogServices/EventLog/Entries",
+                failed.task_location, running.task_location} <= set(docs)
+        assert docs["/redfish/v1/Systems/1/Storage/1/Drives/1"]["Operations"][0]["Operation"] == "Sanitize"
+        for path, text in crawler.texts.items():
+            assert "FleetSim" not in text, path
+            assert "Oem" not in set(_keys(docs[path])), path
+
+        old = requests.post(f"{sim.bmc_url('bmc-0001')}/redfish/v1/Oem/FleetSim/Decommission",
+                            json={"event_log": False}, auth=("fleet", "fleet"), timeout=5)
+        assert old.status_code == 404 and old.json()["error"]["code"] == "Base.1.13.0.ResourceNotFound"
+        assert control.bmc("bmc-0001")["decommission"]["events"] > 0  # the event log is still kept
+
+        index = control.request("GET", "")
+        assert "POST /_sim/bmcs/<id>/decommission" in index and "GET /_sim/config" in index
+        for bad in ({"fail": ["x"]}, {"erase_seconds": "soon"}):
+            with pytest.raises(RuntimeError, match="400"):
+                control.request("POST", "bmcs/bmc-0001/decommission", bad)
+        with pytest.raises(RuntimeError, match="404"):
+            control.request("POST", "bmcs/bmc-0404/decommission", {})

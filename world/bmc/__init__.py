@@ -9,8 +9,8 @@ activation and fault injection. Pure stdlib, importable without Django settings.
 Also: ``python -m world.bmc --port 8100 --bmcs 64``, and
 ``world.bmc.testing`` (running_simulator, SimulatorProcess, SimulatorControl).
 
-Plugins (``--plugin pkg.module``, ``SimulatorServer(plugins=[...])``) add routes and state to every BMC:
-``plugins.Plugin``. The core's fault injection and counters of mutating requests (``GET /_sim/counters``)
+Plugins (``--plugin pkg.module``, ``SimulatorServer(plugins=[...])``) add routes and state to every BMC, and
+control routes under ``/_sim/`` for what only tests set or see: ``plugins.Plugin``. The core's fault injection and counters of mutating requests (``GET /_sim/counters``)
 apply to plugin routes too (docs: /work/coord/shared-exec.md, docs/firmware.md).
 """
 

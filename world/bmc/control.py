@@ -1,4 +1,5 @@
-"""The control API under ``/_sim/`` (JSON, no auth): configuration, BMCs, statistics, the manual clock."""
+"""The control API under ``/_sim/`` (JSON, no auth): configuration, BMCs, statistics, the manual clock, and what
+plugins add (``Plugin.control``, listed in the index through ``Plugin.index``)."""
 
 import json
 from urllib.parse import parse_qs
@@ -10,7 +11,8 @@ from .state import Simulator
 
 INDEX = {
     "GET /_sim/config": "the configuration",
-    "POST /_sim/config": "change configuration keys (faults replaces the whole rule list)",
+    "POST /_sim/config": "change configuration keys (faults replaces the whole rule list; images: ImageURI or file "
+                         "name -> the version it carries, or {component Id: version} for a bundle)",
     "GET /_sim/bmcs": "every BMC with its base URL",
     "POST /_sim/bmcs": "create or reset BMCs: {count, prefix, start, ids, profile, versions, bmc_class}",
     "GET /_sim/bmcs/<id>": "one BMC's state: versions, pending images, power, tasks",
@@ -45,7 +47,7 @@ def dispatch(sim: Simulator, base_url: str, method: str, path: str, query: str, 
 def _route(sim: Simulator, base_url: str, method: str, parts: tuple[str, ...], query: dict, data):
     match method, parts:
         case "GET", ():
-            return 200, INDEX
+            return 200, index(sim)
         case "GET", ("config",):
             return 200, sim.config.as_json()
         case "POST", ("config",):
@@ -102,4 +104,13 @@ def _route(sim: Simulator, base_url: str, method: str, parts: tuple[str, ...], q
                 return 409, {"error": "the simulator runs on the wall clock"}
             sim.clock.advance(float(data["seconds"]))
             return 200, {"now": sim.clock()}
-    return 404, {"error": f"no such control endpoint: {method} /_sim/{'/'.join(parts)}", "endpoints": INDEX}
+    for plugin in sim.plugins:
+        answer = plugin.control(sim, method, parts, data)
+        if answer is not None:
+            return answer
+    return 404, {"error": f"no such control endpoint: {method} /_sim/{'/'.join(parts)}", "endpoints": index(sim)}
+
+
+def index(sim: Simulator) -> dict[str, str]:
+    """The core's control endpoints and the loaded plugins'."""
+    return {**INDEX, **{k: v for plugin in sim.plugins for k, v in plugin.index.items()}}
