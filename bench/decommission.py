@@ -41,7 +41,15 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from benchlib import bench_database_url, loadavg, recreate_database, say, stop_processes
+from benchlib import (
+    bench_database_url,
+    children,
+    loadavg,
+    processes_cpu,
+    recreate_database,
+    say,
+    stop_processes,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -70,24 +78,9 @@ def seed(n: int, sim_url: str) -> list:  # type: ignore[type-arg]
     return servers
 
 
-def worker_children(proc: subprocess.Popen) -> list[int]:  # type: ignore[type-arg]
-    try:
-        return [int(c) for c in Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()]
-    except OSError:
-        return []
-
-
 def workers_cpu(workers: list[subprocess.Popen]) -> float:  # type: ignore[type-arg]
     """CPU seconds (user + system) of the worker processes and their children so far (Linux ``/proc``)."""
-    total = 0.0
-    tick = os.sysconf("SC_CLK_TCK")
-    for pid in [p.pid for p in workers] + [c for p in workers for c in worker_children(p)]:
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        total += (int(fields[11]) + int(fields[12])) / tick
-    return total
+    return processes_cpu(workers)
 
 
 def workers_ready(n: int, timeout: float = 180) -> None:
@@ -223,7 +216,7 @@ def run(args: argparse.Namespace, url: str, broker: str) -> dict[str, float]:  #
     finally:
         if args.profile:  # py-spy writes when its child exits
             for proc in workers:
-                for child in worker_children(proc):
+                for child in children(proc.pid):
                     os.kill(child, signal.SIGTERM)
             for proc in workers:
                 with contextlib.suppress(subprocess.TimeoutExpired):
