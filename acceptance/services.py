@@ -12,7 +12,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
-from acceptance.gate import evaluate, policy_for
+from acceptance.gate import evaluate_many
 from acceptance.models import (
     AcceptanceCheck,
     CheckThreshold,
@@ -219,13 +219,10 @@ def burn_in_complete(*, gpus: Iterable[Gpu], actor: Actor | None, reason: str = 
     The lifecycle gate checks each again inside the transition."""
     result = BurnInResult()
     ready = []
-    policies: dict[int, Any] = {}
-    for gpu in gpus:
-        if gpu.state != GpuState.BURN_IN:
-            continue
-        if gpu.model_id not in policies:
-            policies[gpu.model_id] = policy_for(gpu.model_id)
-        status = evaluate(gpu, policy=policies[gpu.model_id])
+    in_burn_in = [g for g in gpus if g.state == GpuState.BURN_IN]
+    gate = evaluate_many(in_burn_in)
+    for gpu in in_burn_in:
+        status = gate[gpu.pk]
         if status.met:
             ready.append(gpu.pk)
         else:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterable
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
@@ -66,7 +67,17 @@ def pid_cpu(pid: int) -> float:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except OSError:
         return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+
+
+def backend_cpu_s() -> float:
+    """CPU seconds used so far by this connection's PostgreSQL backend (same machine: /proc), 0 if unreadable."""
+    from django.db import connection
+
+    with connection.cursor() as cur:
+        cur.execute("SELECT pg_backend_pid()")
+        pid = cur.fetchone()[0]
+    return pid_cpu(pid)
 
 
 def processes_cpu(procs: Iterable[subprocess.Popen]) -> float:  # type: ignore[type-arg]
@@ -98,8 +109,6 @@ class CpuMeter:
         self.procs = {name: list(p) for name, p in procs.items()}
 
     def read(self) -> dict[str, float]:
-        import time
-
         return {**{name: processes_cpu(p) for name, p in self.procs.items()}, "this process": time.process_time(),
                 "postgres": postgres_cpu()}
 
@@ -119,3 +128,26 @@ class CpuMeter:
 
     def total_ms_per(self, n: int) -> float:
         return round(1000 * sum(self.used.values()) / max(n, 1), 2)
+
+
+class Timing:
+    """Wall seconds, this process's CPU seconds and the PostgreSQL backend's CPU seconds of one timed case (the
+    backend is this process's connection: a benchmark that times Django in-process has no other server)."""
+
+    def __enter__(self) -> Timing:
+        self.backend = backend_cpu_s()
+        self.cpu, self.started = time.process_time(), time.perf_counter()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.seconds = time.perf_counter() - self.started
+        self.cpu = time.process_time() - self.cpu
+        self.backend = backend_cpu_s() - self.backend
+
+    def per(self, n: int, unit: str) -> str:
+        n = max(n, 1)
+        return (f"CPU {1000 * self.cpu / n:.3f} ms/{unit} here + {1000 * self.backend / n:.3f} ms/{unit} PostgreSQL "
+                f"backend = {(self.cpu + self.backend) / n * 1e3:.3f} ms/{unit}")
+
+    def per_gpu(self, gpus: int) -> str:
+        return self.per(gpus, "GPU")

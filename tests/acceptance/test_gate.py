@@ -78,6 +78,18 @@ def test_policy_level_runs_hours_tests_and_checks():
     assert policy.required_tests == ["Targeted Stress"]
 
 
+def test_the_fleet_default_policy_applies_to_a_model_without_its_own():
+    """A policy row without a model is the fleet default (it used to be dropped: SQL's IN never matches NULL)."""
+    gpu = in_burn_in(1)[0]
+    BurnInPolicy.objects.create(gpu_model=None, min_level=3, required_runs=1, min_hours=0)
+    pass_run([gpu], level=2)
+    assert evaluate(fresh(gpu)).reasons == ["0 of 1 passing level 3+ diagnostic run(s) since burn-in started"]
+    pass_run([gpu], level=3)
+    assert evaluate(fresh(gpu)).met
+    BurnInPolicy.objects.create(gpu_model=gpu.model, min_level=4, required_runs=1, min_hours=0)
+    assert not evaluate(fresh(gpu)).met  # the model's own policy wins over the default
+
+
 def test_required_test_skipped_is_not_a_pass():
     gpu = in_burn_in(1)[0]
     BurnInPolicy.objects.create(gpu_model=gpu.model, min_level=3, required_runs=1, min_hours=0,
