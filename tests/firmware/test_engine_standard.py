@@ -164,6 +164,10 @@ def test_an_unanswered_activate_is_held_and_a_person_records_what_the_bmc_showed
         target = RolloutTarget.objects.get(rollout=rollout)
         assert (target.state, target.error_class) == (TargetState.FAILED, ErrorClass.INCONCLUSIVE)
         assert "held for a person" in target.last_error and "Activate leaves no standard trace" in target.last_error
+        from fleet.metrics import DataCollector
+
+        gauge = next(m for m in DataCollector().collect() if m.name == "fleet_rollout_targets_held")
+        assert [s.value for s in gauge.samples] == [1]
         counters = sim.sim.stats.counters_json()["bmcs"]["bmc-0001"]
         assert counters["received"][ACTIVATE] == 1 and counters["processed"].get(ACTIVATE, 0) == (1 if landed else 0)
 
