@@ -8,7 +8,7 @@ DEMO_GPUS ?= 2000
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/fleet
 TEST_REDIS_URL ?= redis://127.0.0.1:6379/15
 
-.PHONY: run test test-pg test-chaos test-sqlite lint bench bench-inventory bench-telemetry bench-firmware bench-load bench-procurement bench-decommission bench-acceptance setup chromium
+.PHONY: run test test-pg test-chaos test-chaos-repeat test-sqlite lint bench bench-inventory bench-telemetry bench-firmware bench-load bench-procurement bench-decommission bench-acceptance setup chromium
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 12), "Fleet needs Python 3.12 (pyenv reads .python-version)"'
@@ -37,6 +37,11 @@ test-pg:
 # (test-pg) runs them too: they are in the default selection.
 test-chaos:
 	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) $(PY) -m pytest -m chaos -p no:cacheprovider
+
+# Every chaos test, RUNS times in a row (fresh processes each run): the tally shows a test whose fault may not land.
+RUNS ?= 10
+test-chaos-repeat:
+	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) $(PY) tests/repeat_chaos.py --runs $(RUNS)
 
 test-sqlite:
 	rm -f var/test-sqlite.sqlite3
