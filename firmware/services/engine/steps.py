@@ -231,6 +231,7 @@ def run_steps(runnable: list[RolloutTarget], ctx: StepContext, budget: TimeBudge
 
     def run_group(group: list[RolloutTarget]) -> None:
         server = group[0].server_id
+        delivered: set[int] = set()
         try:
             connection.close_if_unusable_or_obsolete()
             async_commit(True)
@@ -241,10 +242,14 @@ def run_steps(runnable: list[RolloutTarget], ctx: StepContext, budget: TimeBudge
             try:
                 for target in group:
                     deliver(target, one(target))
+                    delivered.add(target.pk)
             finally:
                 unlock_servers({server})
-        except Exception:  # a database that went away under this thread: the targets are left to the lease
+        except Exception:  # a database that went away under this thread: the others go on in a new message
             logger.exception("rollout: a step thread failed")
+            for target in group:
+                if target.pk not in delivered:
+                    deliver(target, LEFT)
         finally:
             with gate:
                 results.put(None)
