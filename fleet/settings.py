@@ -301,6 +301,9 @@ FLEET_BMC_TASK_RETENTION_SECONDS_BY_CLASS = {k.strip(): float(v) for k, _, v in 
 FLEET_BMC_UNKNOWN_SETTLE_FACTOR = float(os.environ.get("FLEET_BMC_UNKNOWN_SETTLE_FACTOR", "3"))
 # BMCs one worker process talks to at once (threads; one request in flight per BMC).
 FLEET_ROLLOUT_WORKER_CONCURRENCY = int(os.environ.get("FLEET_ROLLOUT_WORKER_CONCURRENCY", "32"))
+# A chunk leaves the servers still waiting on their BMC to their threads once half of its servers are done and none
+# has answered for this long (seconds; 0: a chunk always waits for all of its servers).
+FLEET_ROLLOUT_DETACH_SECONDS = float(os.environ.get("FLEET_ROLLOUT_DETACH_SECONDS", "0.25"))
 
 # --- issue12a: the API contract (docs/api.md) ---
 # Every API list takes only the query parameters it knows (an unknown one is a 400 naming it); every error

@@ -412,7 +412,10 @@ def test_the_soft_time_limit_firing_inside_an_update_request(users, chaos_settin
         try:
             workers.start(pool="prefork", log=log, env={
                 "CELERY_TASK_SOFT_TIME_LIMIT": "4", "CELERY_TASK_TIME_LIMIT": "30", "FLEET_BMC_TIMEOUT": "20",
-                "FLEET_BMC_SETTLE_SECONDS": "8"})
+                "FLEET_BMC_SETTLE_SECONDS": "8",
+                # the chunk waits for its slow BMC (a chunk that left it to its thread would return before the
+                # limit: the limit firing mid-request is what this test is about)
+                "FLEET_ROLLOUT_DETACH_SECONDS": "0"})
             time.sleep(5)
             fleet, rollout = _start(sim, users, 12, strategy=STRATEGY)
             chaos.settle_with_a_person(sim, [rollout], users["operator"], timeout=240)

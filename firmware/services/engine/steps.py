@@ -137,10 +137,14 @@ FLUSH_SECONDS = 0.5
 LEFT = Outcome("left")  # not started: out of time (sent on in a new message)
 LOST = Outcome("lost")  # fenced: another worker owns the target
 BUSY = Outcome("busy")  # its server is locked by another step: not started
-# A chunk waits for its BMCs until at least half of its servers are done and nothing has answered for this long;
-# the servers still waiting (a request timing out, a slow BMC) are then left to their threads, which write their
-# own results and send their own continuations, and the worker takes its next chunk.
-DETACH_SECONDS = 0.25
+
+
+def detach_seconds() -> float:
+    """A chunk waits for its BMCs until at least half of its servers are done and nothing has answered for this
+    long (``FLEET_ROLLOUT_DETACH_SECONDS``; 0: never); the servers still waiting (a request timing out, a slow BMC)
+    are then left to their threads, which write their own results and send their own continuations, and the
+    worker takes its next chunk."""
+    return float(getattr(settings, "FLEET_ROLLOUT_DETACH_SECONDS", 0.25))
 
 
 def threads_for(targets: list[RolloutTarget]) -> bool:
@@ -195,7 +199,7 @@ def run_steps(runnable: list[RolloutTarget], ctx: StepContext, budget: TimeBudge
     the chunk's servers are worked concurrently on the process's pool (at most ``FLEET_ROLLOUT_WORKER_CONCURRENCY``
     at once), one thread per server (its targets in order) holding that server's lock (``BUSY`` when another step
     holds it), so a BMC never has two of our requests in flight. A slow or timing-out BMC delays only itself: once
-    half of the servers are done and none has answered for ``DETACH_SECONDS``, the rest are detached (their
+    half of the servers are done and none has answered for ``detach_seconds()``, the rest are detached (their
     threads write their own results, ``finish_detached``) and the generator ends. Results of the others are
     written by the calling thread."""
     groups: dict[int, list[RolloutTarget]] = {}
@@ -259,13 +263,13 @@ def run_steps(runnable: list[RolloutTarget], ctx: StepContext, budget: TimeBudge
     for group in groups.values():
         pool.submit(run_group, group)
     seen: set[int] = set()
-    answered = time.monotonic()
+    answered, patience = time.monotonic(), detach_seconds()
     try:
         while remaining:
             try:
-                item = results.get(timeout=DETACH_SECONDS / 5)
+                item = results.get(timeout=patience / 5 if patience > 0 else None)
             except queue.Empty:
-                if 2 * (len(groups) - remaining) >= len(groups) and time.monotonic() - answered >= DETACH_SECONDS:
+                if 2 * (len(groups) - remaining) >= len(groups) and time.monotonic() - answered >= patience:
                     with gate:
                         detached.set()
                         late = drain(results)
