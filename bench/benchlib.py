@@ -87,8 +87,9 @@ def processes_cpu(procs: Iterable[subprocess.Popen]) -> float:  # type: ignore[t
 
 
 def postgres_cpu() -> float:
-    """CPU seconds of every PostgreSQL process on this machine so far (the server the benchmark uses is local;
-    on a quiet machine its other sessions are idle)."""
+    """CPU seconds of the local PostgreSQL server so far: every live postgres process's own time plus the time of
+    the children each has reaped (a backend that exited, its connection closed, is counted in the postmaster's
+    cutime/cstime, so the sum only grows). On a quiet machine its other sessions are idle."""
     total = 0.0
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
@@ -97,7 +98,7 @@ def postgres_cpu() -> float:
             continue
         if "(postgres)" in text[:64] or "(postmaster)" in text[:64]:
             fields = text.rsplit(")", 1)[1].split()
-            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+            total += sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")  # utime stime cutime cstime
     return total
 
 
