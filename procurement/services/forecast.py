@@ -316,13 +316,15 @@ def forecast_compute(*, as_of: dt.date | None = None, method: str = "adaptive", 
             if mask.any():
                 scopes.append((ScopeKind.POOL, None, pool, mask, float(pool.target_fill_rate)))
         scopes.append((ScopeKind.MODEL, None, None, of_model, target_fill_rate()))
-        # The model's calibration sizes its fleet row (a rule is applied as it is there); every site and pool row
-        # takes the same factor over its own forecast, so the scopes stay in proportion (a pool is not held to a
-        # rule sized for the whole fleet's variance).
+        # The model's calibration sizes its fleet row (a rule is applied as it is there; never below the forecast
+        # while it alerts, as in the backtest); every site and pool row takes the same factor over its own
+        # forecast, so the scopes stay in proportion (a pool is not held to a rule sized for the whole fleet's
+        # variance).
         fleet_f = scope_forecast(stats, of_model, target=target_fill_rate(), method=m,
                                  infant_rate=infant.get(model_id, {}).get("rate"),
                                  infant_weight=infant.get(model_id, {}).get("k", 1.0))
-        fleet_rec = choice.apply(fleet_f.recommended, fleet_f.installed) if fleet_f.installed else fleet_f.recommended
+        fleet_rec = bt.sized(choice, fleet_f.recommended, fleet_f.installed, bool(fleet_f.alert)) if (
+            fleet_f.installed) else fleet_f.recommended
         factor = fleet_rec / fleet_f.recommended if fleet_f.recommended else 1.0
         for kind, site_id, pool, mask, target in scopes:
             f = fleet_f if kind == ScopeKind.MODEL else scope_forecast(

@@ -179,8 +179,9 @@ def test_the_backtest_chart_draws_every_rule_it_reports(short_history, client, u
 
 
 def test_each_scope_s_stock_is_the_calibrated_sizing_of_its_forecast(two_sites_and_a_pool):
-    """The fleet row: calibration's choice applied to the fleet forecast (a rule: ceil(installed x k %)); every
-    other row: its own forecast times the fleet's factor, rounded up."""
+    """The fleet row: calibration's choice applied to the fleet forecast (a rule: ceil(installed x k %)), never
+    below the forecast's own while it alerts; every other row: its own forecast times the fleet's factor, rounded
+    up."""
     run = forecast.forecast_compute(actor=SYSTEM)
     fleet = run.forecasts.get(scope="model")
     cal, base = fleet.inputs["calibration"], fleet.inputs["forecast_stock"]
@@ -188,6 +189,8 @@ def test_each_scope_s_stock_is_the_calibrated_sizing_of_its_forecast(two_sites_a
         expected = -(-fleet.installed * int(cal["value"]) // 100)
     else:
         expected = -(-base * round(cal["value"] * 100) // 100)
+    if fleet.alert:
+        expected = max(expected, base)
     assert fleet.recommended == expected
     for f in run.forecasts.exclude(scope="model"):
         own = f.inputs["forecast_stock"]
