@@ -442,26 +442,25 @@ def backtest_run(*, date_from: dt.date, date_to: dt.date, lead_days: int = DEFAU
            "last_scored": last.isoformat(),
            "calibration": {r.origins[0]["model"]: r.choice.as_dict() for r in results if r.origins},
            "infant": infant_effect}
-    out["verdict"] = verdict(out)
     # Calibration sizes each model on its own history: the page says which won for each model too.
-    out["models"] = {}
-    for name in sorted({r["model"] for r in all_rows}):
-        scores = _scores([r for r in all_rows if r["model"] == name], target)
-        out["models"][name] = {**scores, "verdict": verdict(scores)}
+    out["models"] = {name: _scores([r for r in all_rows if r["model"] == name], target)
+                     for name in sorted({r["model"] for r in all_rows})}
     return out
 
 
 def _scores(rows: list[dict[str, Any]], target: float) -> dict[str, Any]:
     """Fill rate, mean stock and stock-out windows of the policy, of the forecast before calibration and of every
-    fixed rule over ``rows`` (backtest origins), as ``verdict`` reads them."""
+    fixed rule over ``rows`` (backtest origins), and the verdict (worded from the unrounded figures)."""
     demand = np.array([r["demand"] for r in rows], float)
     policy = bt.score(np.array([r["recommended"] for r in rows], float), demand)
     uncalibrated = bt.score(np.array([r["forecast"] for r in rows], float), demand)
-    rules = {f"{k}%": bt.score(np.array([r["rules"][f"{k}%"] for r in rows], float), demand).as_dict()
-             for k in bt.RULES}
+    rules = {f"{k}%": bt.score(np.array([r["rules"][f"{k}%"] for r in rows], float), demand) for k in bt.RULES}
+    exact = {"fill_rate": policy.fill_rate, "mean_stock": policy.mean_stock, "target_fill_rate": target,
+             "rules": {k: {"fill_rate": r.fill_rate, "mean_stock": r.mean_stock} for k, r in rules.items()}}
     return {"fill_rate": round(policy.fill_rate, 4), "mean_stock": round(policy.mean_stock, 2),
-            "stockout_windows": policy.stockout_windows, "target_fill_rate": target, "rules": rules,
-            "uncalibrated": uncalibrated.as_dict()}
+            "stockout_windows": policy.stockout_windows, "target_fill_rate": target,
+            "rules": {k: r.as_dict() for k, r in rules.items()}, "uncalibrated": uncalibrated.as_dict(),
+            "verdict": verdict(exact)}
 
 
 def verdict(result: dict[str, Any]) -> dict[str, Any]:

@@ -211,24 +211,6 @@ def two_models_history(tmp_path):
     return {"date_from": dt.date(2023, 1, 1), "date_to": last}
 
 
-def expected_verdict(rows: list[dict], target: float) -> str:
-    """Which won over ``rows`` (backtest origins), counted here from their stock and demand: the start of the
-    sentence the page must say, with the difference in mean stock when a rule won."""
-    demand = [r["demand"] for r in rows]
-
-    def fill_and_stock(stock: list[int]) -> tuple[float, float]:
-        covered = sum(min(s, d) for s, d in zip(stock, demand, strict=True))
-        return (covered / sum(demand) if sum(demand) else 1.0), sum(stock) / len(stock)
-
-    policy = fill_and_stock([r["recommended"] for r in rows])
-    rules = {k: fill_and_stock([r["rules"][k] for r in rows]) for k in ("1%", "2%", "3%", "4%", "5%")}
-    beaten = sorted((s, k) for k, (f, s) in rules.items() if f >= target and s < policy[1])
-    if beaten:
-        stock, k = beaten[0]
-        return f"The {k} rule won: fill {rules[k][0]:.3f} with mean stock {stock:.1f}, {policy[1] - stock:.1f} less"
-    return "The policy won" if policy[0] >= target else "Short of the target"
-
-
 def test_the_backtest_page_says_which_won_for_each_model_and_by_how_much(two_models_history, client, users):
     client.force_login(users["viewer"])
     window = {"date_from": two_models_history["date_from"].isoformat(),
@@ -240,10 +222,10 @@ def test_the_backtest_page_says_which_won_for_each_model_and_by_how_much(two_mod
     assert set(said) == {MODEL, "NVIDIA H200"}
     for model, text in said.items():
         rows = [r for r in result["origins"] if r["model"] == model]
-        assert text.replace("&#x27;", "'").startswith(expected_verdict(rows, 0.95)), (model, text)
+        assert text.replace("&#x27;", "'").startswith(helpers.expected_verdict(rows, 0.95)), (model, text)
     overall = re.search(r'<p id="backtest-verdict"><strong>All models together: ([^<]+)</strong>', html)
     assert overall and overall.group(1).replace("&#x27;", "'").startswith(
-        expected_verdict(result["origins"], 0.95))
+        helpers.expected_verdict(result["origins"], 0.95))
 
 
 # The verdict's sentences, written out: (policy fill, policy stock, {rule: (fill, stock)}) -> what the page says.
