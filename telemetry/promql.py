@@ -172,26 +172,15 @@ _GPU = {
     "tlimit": ("min_over_time({s}[{w}])", None, None),
     "throttle": (None, "avg_over_time({t}[{w}:{r}])", None),
 }
-# The same over a group's GPUs (one aggregation across them).
-_GROUP = {
-    "gpu_temp": ("min(min_over_time({s}[{w}]))", "avg(avg_over_time({s}[{w}]))", "max(max_over_time({s}[{w}]))"),
-    "mem_temp": (None, None, "max(max_over_time({s}[{w}]))"),
-    "power": ("min(avg_over_time({s}[{w}]))", "avg(avg_over_time({s}[{w}]))", "max(avg_over_time({s}[{w}]))"),
-    "power_sum": (None, "sum(avg_over_time({s}[{w}]))", None),
-    "sm_clock": (None, "avg(avg_over_time({s}[{w}]))", None),
-    "tlimit": ("min(min_over_time({s}[{w}]))", None, None),
-    "throttle": (None, "avg(max_over_time({t}[{w}:{r}]))", None),
-}
 _SOURCE_METRIC = {"power_sum": "power"}
 
 
-def history(*, uuids: list[str], group: bool, metric: str, start: dt.datetime, end: dt.datetime,
+def history(*, uuid: str, metric: str, start: dt.datetime, end: dt.datetime,
             tier: str) -> list[tuple[dt.datetime, float | None, float | None, float | None]]:
-    """``[(bucket start, min, avg, max)]`` of ``metric`` over ``uuids`` (one GPU, or a group aggregated across
-    them). A point at bucket start ``t`` summarises ``[t, t + step)``: PromQL's ``*_over_time(x[w])`` evaluated at
+    """``[(bucket start, min, avg, max)]`` of ``metric`` of one GPU (racks, rows and sites: ``promql_groups``).
+    A point at bucket start ``t`` summarises ``[t, t + step)``: PromQL's ``*_over_time(x[w])`` evaluated at
     ``t + step`` looks back over ``(t, t + step]``."""
-    if not uuids:
-        return []
+    uuids = [uuid]
     step = step_for(start, end, tier)
     if metric in COUNTERS:
         return _increases(selector(metric, uuids), start, end, step)
@@ -199,7 +188,7 @@ def history(*, uuids: list[str], group: bool, metric: str, start: dt.datetime, e
     s = selector(source, uuids)
     scrape = int(getattr(settings, "FLEET_PROMETHEUS_SCRAPE_S", 30))
     parts = []
-    for template in (_GROUP if group else _GPU)[metric]:
+    for template in _GPU[metric]:
         if template is None:
             parts.append({})
             continue
