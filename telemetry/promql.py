@@ -19,6 +19,7 @@ import datetime as dt
 import hashlib
 import json
 import math
+import re
 import ssl
 import urllib.error
 import urllib.parse
@@ -61,6 +62,11 @@ def labels() -> dict[str, str]:
 
 def _escape(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"')
+
+
+def escape_regex(value: str) -> str:
+    """``value`` matched literally inside a PromQL regex string (``=~"..."``)."""
+    return _escape(re.escape(value))
 
 
 def selector(metric: str, uuids: list[str]) -> str:
@@ -145,8 +151,36 @@ def query(expr: str, at: dt.datetime | None = None) -> list[dict[str, Any]]:
     return request("/api/v1/query", params)["result"]
 
 
+def max_query_bytes() -> int:
+    """The longest query (or ``match[]``) sent: ``FLEET_PROMETHEUS_MAX_QUERY_BYTES``."""
+    return int(getattr(settings, "FLEET_PROMETHEUS_MAX_QUERY_BYTES", 16_384))
+
+
 def series(match: str, start: dt.datetime, end: dt.datetime) -> list[dict[str, str]]:
+    """The label sets of the series matching ``match`` with samples in [start, end): ``/api/v1/series`` reads
+    the store's index, never a sample."""
     return request("/api/v1/series", {"match[]": match, "start": start.timestamp(), "end": end.timestamp()})
+
+
+def series_uuids(uuids: list[str], *, start: dt.datetime, end: dt.datetime, metric: str = "gpu_temp") -> set[str]:
+    """The UUIDs among ``uuids`` that have a series of ``metric`` under the UUID label in [start, end), as Fleet
+    keeps them (:func:`uuid_key`). One ``/api/v1/series`` request per :func:`max_query_bytes` of UUIDs."""
+    label = labels()["uuid"]
+    shell = f'{METRIC[metric]}{{{label}=~""}}'
+    chunks: list[list[str]] = [[]]
+    size = len(shell)
+    for uuid in uuids:
+        if chunks[-1] and size + len(uuid) + 1 > max_query_bytes():
+            chunks.append([])
+            size = len(shell)
+        chunks[-1].append(uuid)
+        size += len(uuid) + 1
+    found: set[str] = set()
+    for chunk in chunks:
+        if chunk:
+            match = f'{METRIC[metric]}{{{label}=~"{"|".join(_escape(u) for u in chunk)}"}}'
+            found.update(uuid_key(item.get(label, "")) for item in series(match, start, end))
+    return found & {uuid_key(uuid) for uuid in uuids}
 
 
 def _points(result: list[dict[str, Any]]) -> dict[int, float]:

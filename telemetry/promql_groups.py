@@ -23,7 +23,7 @@ from typing import NamedTuple
 
 from django.conf import settings
 
-from telemetry.promql import METRIC, labels, query_range, step_for, throttled
+from telemetry.promql import METRIC, labels, max_query_bytes, query_range, step_for, throttled
 
 TERM_LABEL = "fleet_term"  # the label that tells the terms of one query apart
 _JOIN = " or "
@@ -54,10 +54,6 @@ class _Term(NamedTuple):
     key: tuple[Hashable, int]  # (group, stat)
     role: str  # "value" (the aggregate itself), or "sum" / "count" of one part of an average
     uuids: list[str]
-
-
-def max_query_bytes() -> int:
-    return int(getattr(settings, "FLEET_PROMETHEUS_MAX_QUERY_BYTES", 16_384))
 
 
 def _selector(metric: str, uuids: list[str]) -> str:

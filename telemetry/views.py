@@ -27,11 +27,12 @@ from fleet.views import (
 from inventory import selectors as inventory_selectors
 from inventory.lifecycle import allowed_targets
 from inventory.models import Gpu, GpuState, Rack
-from telemetry import charts, selectors
+from telemetry import charts, selectors, series_selectors
 from telemetry.filters import health_filter
 from telemetry.health import ACTIONS, evidence_text, health_flag_act
 from telemetry.health_selectors import FLAG_RELATED, gpu_open_flags
 from telemetry.models import HealthFlag
+from telemetry.promql import StoreUnavailable
 
 # The page's metric menu: these telemetry metrics, then every registered layer (selectors.HEATMAP_LAYERS).
 PAGE_METRICS = ("gpu_temp", "power")
@@ -64,15 +65,25 @@ def heatmap_gpu(request: HtmxHttpRequest, pk: int) -> HttpResponse:
         gpu = inventory_selectors.gpu_detail(pk=pk)
     except Gpu.DoesNotExist:
         raise Http404("No such GPU.") from None
-    context = {"gpu": gpu, "chart": charts.gpu_chart(gpu), "flags": gpu_open_flags(gpu_id=gpu.pk)}
+    context = {"gpu": gpu, "chart": charts.gpu_chart(gpu), "flags": gpu_open_flags(gpu_id=gpu.pk),
+               **_coverage("gpu", gpu.pk)}
     return render_page(request, "telemetry/heatmap_panel.html", "gpu-panel", context)
 
 
 @viewer_required
 def heatmap_rack(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     rack = get_object_or_404(Rack.objects.select_related("row", "site"), pk=pk)
-    context = {"rack": rack, "chart": charts.group_chart("rack", rack.pk, f"Rack {rack.name}")}
+    context = {"rack": rack, "chart": charts.group_chart("rack", rack.pk, f"Rack {rack.name}"),
+               **_coverage("rack", rack.pk)}
     return render_page(request, "telemetry/heatmap_panel.html", "rack-panel", context)
+
+
+def _coverage(scope: str, scope_id: int) -> dict[str, Any]:
+    """The panel's GPUs without series in the history store (prometheus backend; one /api/v1/series request)."""
+    try:
+        return {"coverage": series_selectors.store_coverage(scope=scope, scope_id=scope_id)}
+    except StoreUnavailable as exc:
+        return {"coverage_error": f"Telemetry history is unavailable: {exc}"}
 
 
 # --- flagged GPUs -------------------------------------------------------------------------------------------

@@ -21,9 +21,10 @@ import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from django.core.management import CommandError, call_command
 from django.utils import timezone
 
-from telemetry import promql, pull, selectors
+from telemetry import promql, pull, selectors, series_selectors
 from telemetry.health import health_evaluate
 from telemetry.models import GpuLatest, HealthFlag, Rollup1h, XidEvent
 from tests import factories
@@ -555,3 +556,57 @@ def test_row_and_site_aggregates_split_under_the_stores_query_length_limit(fleet
             (t, pytest.approx(bucket_mean("g1", t, "DCGM_FI_DEV_POWER_USAGE")
                               + bucket_mean("g2", t, "DCGM_FI_DEV_POWER_USAGE"))) for t, *_ in temps]
     assert selectors.history(scope="row", scope_id=row.pk, metric="ecc_dbe", start=start, end=end) == []
+
+
+# --- the series index (/api/v1/series): which GPUs the store has, and whether the UUID label is the right one -------
+
+def test_the_series_index_tells_which_gpus_have_no_samples_in_the_store(fleet, settings, client, users, monkeypatch):
+    gpus, racks = fleet
+    paths = []
+    real = promql.request
+    monkeypatch.setattr(promql, "request", lambda path, params: paths.append(path) or real(path, params))
+    a = series_selectors.store_coverage(scope="rack", scope_id=racks["A"].pk)
+    assert (a.gpus, a.missing, a.no_uuid, a.label) == (2, [], 0, "UUID")
+    b = series_selectors.store_coverage(scope="rack", scope_id=racks["B"].pk)
+    assert b.missing == [(gpus["g3"].pk, UUIDS["g3"]), (gpus["g4"].pk, UUIDS["g4"])]  # another label; none at all
+    assert series_selectors.store_coverage(scope="gpu", scope_id=gpus["g1"].pk).missing == []
+    assert set(paths) == {"/api/v1/series"}  # the index only: no range query, no sample read
+    settings.FLEET_PROMETHEUS_LABELS = {"uuid": "gpu_uuid"}
+    assert series_selectors.store_coverage(scope="rack", scope_id=racks["B"].pk).missing == [
+        (gpus["g4"].pk, UUIDS["g4"])]
+    settings.FLEET_PROMETHEUS_LABELS = {}
+
+    client.force_login(users["viewer"])
+    page = client.get(f"/telemetry/heatmap/gpu/{gpus['g4'].pk}/").content.decode()
+    assert "No samples in the history store for this GPU" in page and UUIDS["g4"] in page
+    page = client.get(f"/telemetry/heatmap/rack/{racks['B'].pk}/").content.decode()
+    assert "2 of 2 GPUs have no series" in page and UUIDS["g3"] in page
+    assert 'id="store-coverage"' not in client.get(f"/telemetry/heatmap/rack/{racks['A'].pk}/").content.decode()
+    settings.FLEET_PROMETHEUS_URL = f"http://127.0.0.1:{free_port()}"  # the store down: the panel still renders
+    answer = client.get(f"/telemetry/heatmap/gpu/{gpus['g1'].pk}/")
+    assert answer.status_code == 200 and "Telemetry history is unavailable" in answer.content.decode()
+
+
+def test_the_label_check_names_the_label_that_carries_fleets_uuids(fleet, settings, client, users):
+    check = series_selectors.store_label_check()
+    assert check.ok and (check.checked, check.found) == (4, 2), check.message  # g3: another label; g4: none
+    call_command("check_history_store")
+
+    settings.FLEET_PROMETHEUS_LABELS = {"uuid": "uuid"}  # dcgm-exporter's old name, not this store's
+    check = series_selectors.store_label_check()
+    assert not check.ok and check.suggestion == {"uuid": "UUID"}  # g1 and g2 under UUID beat g3 under gpu_uuid
+    assert """set FLEET_PROMETHEUS_LABELS='{"uuid": "UUID"}'""" in check.message
+    with pytest.raises(CommandError, match="carry them in label 'UUID'"):
+        call_command("check_history_store")
+    client.force_login(users["viewer"])
+    page = client.get("/telemetry/sources/").content.decode()
+    assert 'id="label-check"' in page and "carry them in label" in page
+
+    settings.FLEET_PROMETHEUS_LABELS = {"uuid": "uuid", "host": "node"}
+    check = series_selectors.store_label_check()
+    assert not check.ok and not check.suggestion and "Nor do any carry label 'node'" in check.message
+    settings.FLEET_PROMETHEUS_URL = f"http://127.0.0.1:{free_port()}"
+    with pytest.raises(CommandError, match="unreachable"):
+        call_command("check_history_store")
+    page = client.get("/telemetry/sources/")
+    assert page.status_code == 200 and "Telemetry history is unavailable" in page.content.decode()
