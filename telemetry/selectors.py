@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Literal, NamedTuple
 
+import psycopg
 from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import QuerySet
@@ -93,6 +94,17 @@ def _rows(sql: str, params: Sequence[Any]) -> list[tuple]:
         return cursor.fetchall()
 
 
+def _rows_binary(sql: str, params: Sequence[Any]) -> list[tuple]:
+    """PostgreSQL rows in the binary format: a float8 arrives as 8 bytes instead of text formatted by the server
+    and parsed here (a 1-hour read of a year is 35,000 numbers: 30 % of its time). Django's cursors bind on the
+    client, which has no binary results; this is a psycopg cursor on the same connection and transaction (not
+    prepared: safe behind a transaction-pooling proxy)."""
+    connection.ensure_connection()
+    with psycopg.Cursor(connection.connection) as cursor:
+        cursor.execute(sql, params, prepare=False, binary=True)
+        return cursor.fetchall()
+
+
 def _dt(value: Any) -> dt.datetime:
     """A timestamp column as an aware datetime (SQLite returns text for the tables without a model)."""
     if isinstance(value, str):
@@ -172,11 +184,13 @@ class EmbeddedBackend(HistoryBackend):
         key = [scope_id] if scope == "gpu" else [scope, scope_id]
         if connection.vendor == "postgresql":
             # Seconds, not timestamptz: Django's per-value timestamptz loader was 5/6 of a 1-year read
-            # (8,760 rows: 2 ms of SQL, 50 ms of loading); the values are float8 already.
-            rows = _rows(f"SELECT date_part('epoch', bucket), {low}::float8, {mid}::float8, "  # noqa: S608
-                         f"{high}::float8 FROM {table} WHERE {where} AND bucket >= %s AND bucket < %s "
-                         "ORDER BY bucket", [*key, *params])
-            return [(_stamp(e), a, b, c) for e, a, b, c in rows]
+            # (8,760 rows: 2 ms of SQL, 50 ms of loading); the values are float8 already, read in binary.
+            # The 1-hour key carries these columns (migration 0003): an index-only scan, in bucket order.
+            rows = _rows_binary(f"SELECT date_part('epoch', bucket), {low}::float8, {mid}::float8, "  # noqa: S608
+                                f"{high}::float8 FROM {table} WHERE {where} AND bucket >= %s AND bucket < %s "
+                                "ORDER BY bucket", [*key, start, end])
+            kept = _STAMPS.get  # a call of _stamp per row only for a bucket not seen before
+            return [(kept(e) or _stamp(e), a, b, c) for e, a, b, c in rows]
         rows = _rows(f"SELECT bucket, {low}, {mid}, {high} FROM {table} WHERE {where} "  # noqa: S608
                      "AND bucket >= %s AND bucket < %s ORDER BY bucket", [*key, *params])
         return [(_dt(bucket), _num(a), _num(b), _num(c)) for bucket, a, b, c in rows]
