@@ -9,7 +9,7 @@ from django.conf import settings
 from django.contrib import messages
 from django.core.exceptions import ValidationError
 from django.http import Http404, HttpResponse
-from django.shortcuts import get_object_or_404, redirect
+from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
@@ -66,7 +66,7 @@ def heatmap_gpu(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     except Gpu.DoesNotExist:
         raise Http404("No such GPU.") from None
     context = {"gpu": gpu, "chart": charts.gpu_chart(gpu), "flags": gpu_open_flags(gpu_id=gpu.pk),
-               **_coverage("gpu", gpu.pk)}
+               "store_backend": settings.FLEET_TELEMETRY_BACKEND == "prometheus"}
     return render_page(request, "telemetry/heatmap_panel.html", "gpu-panel", context)
 
 
@@ -74,16 +74,21 @@ def heatmap_gpu(request: HtmxHttpRequest, pk: int) -> HttpResponse:
 def heatmap_rack(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     rack = get_object_or_404(Rack.objects.select_related("row", "site"), pk=pk)
     context = {"rack": rack, "chart": charts.group_chart("rack", rack.pk, f"Rack {rack.name}"),
-               **_coverage("rack", rack.pk)}
+               "store_backend": settings.FLEET_TELEMETRY_BACKEND == "prometheus"}
     return render_page(request, "telemetry/heatmap_panel.html", "rack-panel", context)
 
 
-def _coverage(scope: str, scope_id: int) -> dict[str, Any]:
-    """The panel's GPUs without series in the history store (prometheus backend; one /api/v1/series request)."""
+@viewer_required
+def store_coverage(request: HtmxHttpRequest, scope: str, pk: int) -> HttpResponse:
+    """What the history store lacks for a GPU or a rack (prometheus backend; one /api/v1/series request): a
+    fragment the side panels load after they are shown, so a slow store never holds a panel up."""
+    if scope not in ("gpu", "rack"):
+        raise Http404("No such scope.")
     try:
-        return {"coverage": series_selectors.store_coverage(scope=scope, scope_id=scope_id)}
+        context = {"coverage": series_selectors.store_coverage(scope=scope, scope_id=pk)}
     except StoreUnavailable as exc:
-        return {"coverage_error": f"Telemetry history is unavailable: {exc}"}
+        context = {"coverage_error": f"Telemetry history is unavailable: {exc}"}
+    return render(request, "telemetry/includes/store_coverage.html", context)
 
 
 # --- flagged GPUs -------------------------------------------------------------------------------------------

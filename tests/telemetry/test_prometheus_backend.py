@@ -577,14 +577,19 @@ def test_the_series_index_tells_which_gpus_have_no_samples_in_the_store(fleet, s
     settings.FLEET_PROMETHEUS_LABELS = {}
 
     client.force_login(users["viewer"])
-    page = client.get(f"/telemetry/heatmap/gpu/{gpus['g4'].pk}/").content.decode()
+    panel = client.get(f"/telemetry/heatmap/gpu/{gpus['g4'].pk}/").content.decode()  # loads the fragment after
+    assert f'hx-get="/telemetry/store-coverage/gpu/{gpus["g4"].pk}/"' in panel
+    page = client.get(f"/telemetry/store-coverage/gpu/{gpus['g4'].pk}/").content.decode()
     assert "No samples in the history store for this GPU" in page and UUIDS["g4"] in page
-    page = client.get(f"/telemetry/heatmap/rack/{racks['B'].pk}/").content.decode()
+    page = client.get(f"/telemetry/store-coverage/rack/{racks['B'].pk}/").content.decode()
     assert "2 of 2 GPUs have no series" in page and UUIDS["g3"] in page
-    assert 'id="store-coverage"' not in client.get(f"/telemetry/heatmap/rack/{racks['A'].pk}/").content.decode()
-    settings.FLEET_PROMETHEUS_URL = f"http://127.0.0.1:{free_port()}"  # the store down: the panel still renders
-    answer = client.get(f"/telemetry/heatmap/gpu/{gpus['g1'].pk}/")
+    assert client.get(f"/telemetry/store-coverage/rack/{racks['A'].pk}/").content.decode().strip() == ""
+    assert client.get(f"/telemetry/store-coverage/row/{racks['A'].pk}/").status_code == 404
+    settings.FLEET_PROMETHEUS_URL = f"http://127.0.0.1:{free_port()}"  # the store down: a message, not an error
+    answer = client.get(f"/telemetry/store-coverage/gpu/{gpus['g1'].pk}/")
     assert answer.status_code == 200 and "Telemetry history is unavailable" in answer.content.decode()
+    settings.FLEET_TELEMETRY_BACKEND = "embedded"  # nothing to load: the panel asks for nothing
+    assert "store-coverage" not in client.get(f"/telemetry/heatmap/gpu/{gpus['g1'].pk}/").content.decode()
 
 
 def test_the_label_check_names_the_label_that_carries_fleets_uuids(fleet, settings, client, users):
