@@ -383,6 +383,10 @@ FLEET_PROMETHEUS_CA = os.environ.get("FLEET_PROMETHEUS_CA", "")  # a CA bundle f
 FLEET_PROMETHEUS_TIMEOUT = float(os.environ.get("FLEET_PROMETHEUS_TIMEOUT", "5"))  # s per request: then a message
 FLEET_PROMETHEUS_SCRAPE_S = int(os.environ.get("FLEET_PROMETHEUS_SCRAPE_S", "30"))  # the exporters' interval
 FLEET_PROMETHEUS_LABELS = json.loads(os.environ.get("FLEET_PROMETHEUS_LABELS", "{}"))
+# The longest query Fleet sends (VictoriaMetrics refuses more than -search.maxQueryLen, 16 kB by default): a rack,
+# row or site aggregate over more UUIDs is sent in parts (telemetry.promql_groups), this many queries at a time.
+FLEET_PROMETHEUS_MAX_QUERY_BYTES = int(os.environ.get("FLEET_PROMETHEUS_MAX_QUERY_BYTES", "16384"))
+FLEET_PROMETHEUS_CONCURRENCY = int(os.environ.get("FLEET_PROMETHEUS_CONCURRENCY", "4"))
 # Embedded store: raw samples older than this many days are compacted per GPU and day (telemetry.compact).
 FLEET_TELEMETRY_COMPACT_AFTER_DAYS = int(os.environ.get("FLEET_TELEMETRY_COMPACT_AFTER_DAYS", "2"))
 
