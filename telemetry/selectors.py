@@ -346,25 +346,38 @@ _layout: dict[str, Any] = {"at": -LAYOUT_MAX_AGE, "kept": None}
 
 def _heatmap_layout_postgres() -> tuple[list[int], dict[str, Any], dict[int, int]]:
     """GPU ids in heatmap order and per level the group ids with the index of their first GPU (groups are
-    contiguous), as arrays from one statement. Sorting 100,000 joined rows is most of the heatmap's cost, and the
-    order changes only when GPUs move: kept per process for LAYOUT_MAX_AGE seconds."""
+    contiguous). The order changes only when GPUs move: kept per process for LAYOUT_MAX_AGE seconds.
+
+    One statement sorts the ~12,000 servers (site, row, rack, rack unit, hostname) with each server's GPUs
+    already in slot order as an array: sorting 100,000 joined GPU rows on all eleven keys cost three times as
+    much (0.8-0.9 s against 0.3 s on 95,000 GPUs), and the order is the same."""
     now = time.monotonic()
     kept = _layout["kept"]  # one tuple: gunicorn's threads never mix two layouts
     if kept is not None and now - _layout["at"] < LAYOUT_MAX_AGE:
         return kept
-    levels = ", ".join(
-        f"(SELECT array_agg({key} ORDER BY s) FROM (SELECT {key}, min(i) AS s FROM o GROUP BY {key}) x), "
-        f"(SELECT array_agg(s ORDER BY s) FROM (SELECT min(i) AS s FROM o GROUP BY {key}) x)"
-        for _, key in _LEVELS)
-    sql = (f"WITH o AS MATERIALIZED (SELECT g.id, g.site_id, g.row_id, g.rack_id, g.server_id, "
-           f"row_number() OVER (ORDER BY {_order()}) - 1 AS i {_PLACED}) "
-           f"SELECT (SELECT array_agg(id ORDER BY i) FROM o), {levels}")
+    c = ' COLLATE "C"'  # byte order: the database's locale collation costs ~3x more on 100,000 hostnames
+    sql = (f"SELECT s.site_id, s.row_id, s.rack_id, s.server_id, s.ids FROM ("
+           f"SELECT g.site_id, g.row_id, g.rack_id, g.server_id, "
+           f"array_agg(g.id ORDER BY g.module_id, g.pci_bus_id{c}, g.id) AS ids FROM inventory_gpu g "
+           f"WHERE g.server_id IS NOT NULL AND g.rack_id IS NOT NULL AND g.row_id IS NOT NULL "
+           f"AND g.site_id IS NOT NULL GROUP BY g.site_id, g.row_id, g.rack_id, g.server_id) s "
+           f"JOIN inventory_server sv ON sv.id = s.server_id JOIN inventory_rack rk ON rk.id = s.rack_id "
+           f"JOIN inventory_row rw ON rw.id = s.row_id JOIN inventory_site st ON st.id = s.site_id "
+           f"ORDER BY st.code{c}, rw.name{c}, rw.id, rk.position, rk.id, sv.rack_unit, sv.hostname{c}, sv.id")
     with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute("SET LOCAL work_mem = '64MB'")  # the sort stays in memory
+        cursor.execute("SET LOCAL work_mem = '64MB'")  # the aggregate and the sort stay in memory
         cursor.execute(sql)
-        row = cursor.fetchone()
-    groups = {name: (row[1 + 2 * n] or [], row[2 + 2 * n] or []) for n, (name, _) in enumerate(_LEVELS)}
-    gpus = row[0] or []
+        rows = cursor.fetchall()
+    gpus: list[int] = []
+    groups: dict[str, tuple[list[int], list[int]]] = {name: ([], []) for name, _ in _LEVELS}
+    last: list[Any] = [None] * len(_LEVELS)
+    for row in rows:
+        for n, (name, _) in enumerate(_LEVELS):
+            if row[n] != last[n]:
+                last[n] = row[n]
+                groups[name][0].append(row[n])
+                groups[name][1].append(len(gpus))
+        gpus.extend(row[4])
     kept = (gpus, groups, {gpu_id: i for i, gpu_id in enumerate(gpus)})
     _layout.update(kept=kept, at=now)
     return kept
@@ -470,18 +483,23 @@ def heatmap_data(*, metric: str, at: dt.datetime | None = None) -> dict[str, Any
             stop = server_starts[k + 1] if k + 1 < len(server_starts) else len(gpus)
             server_index.extend([k] * (stop - begin))
         groups["server_index"] = server_index
-        groups["names"] = {
-            "site": dict(Site.objects.filter(id__in=groups["site"][0]).values_list("id", "code")),
-            "row": dict(Row.objects.filter(id__in=groups["row"][0]).values_list("id", "name")),
-            "rack": dict(Rack.objects.filter(id__in=groups["rack"][0]).values_list("id", "name")),
-            "server": dict(Server.objects.filter(id__in=groups["server"][0]).values_list("id", "hostname")),
-        }
+        groups["names"] = {level: _names(model, column, groups[level][0]) for level, model, column in (
+            ("site", Site, "code"), ("row", Row, "name"), ("rack", Rack, "name"), ("server", Server, "hostname"))}
     names = groups["names"]
     return {
         "metric": metric, "unit": HEATMAP_LAYERS[metric].unit if metric in HEATMAP_LAYERS else UNITS[metric], "at": floor(at, FIVE_MIN) if at else None,
         "gpus": gpus, "values": values, "servers": groups["server_index"],
         "groups": {name: _groups(list(groups[name][0]), list(groups[name][1]), names[name]) for name, _ in _LEVELS},
     }
+
+
+def _names(model: Any, column: str, ids: list[int]) -> dict[int, str]:
+    """id -> name of ``ids`` (12,000 servers): one array parameter on PostgreSQL (an ``id__in`` of 12,000
+    placeholders cost ~0.3 s to build and bind), ``id__in`` elsewhere."""
+    if connection.vendor != "postgresql":
+        return dict(model.objects.filter(id__in=ids).values_list("id", column))
+    table = model._meta.db_table
+    return dict(_rows(f'SELECT id, "{column}" FROM {table} WHERE id = ANY(%s)', [list(ids)]))  # noqa: S608
 
 
 FRAMES_GPU_LIMIT = 600_000  # GPUs x frames above which playback frames are per rack, not per GPU
