@@ -40,6 +40,7 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from benchlib import (
     bench_database_url,
@@ -55,6 +56,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 TARGETS = {"certify_s": 60.0, "verify_per_s": 2000.0}
 
+if TYPE_CHECKING:
+    from world.bmc.testing import SimulatorProcess
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -62,15 +66,16 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def seed(n: int, sim_url: str) -> list:  # type: ignore[type-arg]
-    """N HGX servers with 8 GPUs each, on the simulator's BMCs (bulk inserts: setup, not under test)."""
+def seed(n: int, sim: SimulatorProcess) -> list:  # type: ignore[type-arg]
+    """N HGX servers with 8 GPUs each, on the simulator's BMCs, each at its own port (``sim.bmc_url``; bulk
+    inserts: setup, not under test)."""
     from inventory.models import Gpu, GpuModel, GpuState, Server, ServerPlatform
 
     model = GpuModel.objects.create(sku="H100-SXM5-80GB", name="NVIDIA H100 80GB HBM3", memory_gib=80)
     platform = ServerPlatform.objects.create(name="HGX H100 8-GPU", vendor="Supermicro", gpu_model=model)
     servers = Server.objects.bulk_create(
         Server(hostname=f"bench-{i:05d}", serial=f"SRV{i:07d}", platform=platform,
-               bmc_address=f"{sim_url}/bmc/bmc-{i:04d}") for i in range(1, n + 1))
+               bmc_address=sim.bmc_url(f"bmc-{i:04d}")) for i in range(1, n + 1))
     Gpu.objects.bulk_create(
         Gpu(serial=f"165{s.pk:07d}{slot}", uuid=f"GPU-{s.pk:08d}-{slot:04d}", model=model, server=s, module_id=slot,
             pci_bus_id=f"0000:{slot:02x}:00.0", state=GpuState.IN_SERVICE)
@@ -129,7 +134,7 @@ def run(args: argparse.Namespace, url: str, broker: str) -> dict[str, float]:  #
     workers: list[subprocess.Popen] = []
     try:
         t = time.perf_counter()
-        servers = seed(args.servers, sim.url)
+        servers = seed(args.servers, sim)
         User = get_user_model()
         operator, approver = User.objects.create_user("operator"), User.objects.create_user("approver")
         user_set_role(operator, "operator")

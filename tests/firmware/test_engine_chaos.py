@@ -134,8 +134,8 @@ def test_redis_restart_and_every_worker_session_terminated_mid_chunk(users, chao
 def test_late_processing_task_purging_and_reboot_windows(users, chaos_settings):
     """Standard-only BMCs: 5 % of update requests (and every one of bmc-0007's) are processed only after the client
     timed out (its settle period then finds the task by its Messages), finished tasks vanish 10 s after they end
-    (the workers are told that retention, as they would be told a BMC class's), and BMCs reboot (connections
-    reset, nothing processed) after 3 % of reads. No request is processed twice; a reboot is never a firmware
+    (the workers are told that retention, as they would be told a BMC class's), and BMCs reboot (their ports
+    refuse connections, nothing processed) after 3 % of reads. No request is processed twice; a reboot is never a firmware
     failure."""
     redis.Redis.from_url(settings.REDIS_URL).delete("celery")
     with SimulatorProcess(bmcs=60, task_seconds=0.5, seed=6) as sim:
@@ -160,7 +160,7 @@ def test_late_processing_task_purging_and_reboot_windows(users, chaos_settings):
         counters = chaos.assert_at_most_once(sim, [rollout], fleet.servers)
         faults = counters["faults"]
         assert faults.get("late", 0) >= 1 and faults.get("purged", 0) >= 1 and faults.get("reboot", 0) >= 1, faults
-        assert faults.get("refused", 0) >= 1, faults  # requests arrived while a BMC was down: reset, unprocessed
+        assert faults.get("refused", 0) >= 1, faults  # a reboot window closed a BMC's port: connections refused
         assert counters["bmcs"]["bmc-0007"]["processed"].get(chaos.UPDATE) == 1
         settled = TargetStep.objects.filter(target__rollout=rollout, messages__icontains="settled: found")
         assert settled.exists()  # a late request was found by its task's Messages, not sent again

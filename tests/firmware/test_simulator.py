@@ -319,7 +319,7 @@ def test_control_api_creates_bmcs_with_versions_and_rejects_bad_config(server):
     assert requests.post(server.url + "/_sim/clock/advance", json={"seconds": 1}, timeout=5).status_code == 200
 
 
-def test_thousands_of_bmcs_on_one_port_updated_concurrently():
+def test_thousands_of_bmcs_on_their_own_ports_updated_concurrently():
     with running_simulator(bmcs=2000, task_seconds=0) as server:
         ids = server.sim.bmc_ids()
         assert len(ids) == 2000 and ids[-1] == "bmc-2000"
@@ -348,11 +348,15 @@ def test_standalone_process_can_be_killed_and_restarted_on_the_same_port():
         proc.control.advance(5)
         assert bmc.get(proc.bmc_url("bmc-0001") + reply.headers["Location"], timeout=5).json()["TaskState"] == "Completed"
         assert proc.control.stats()["update_requests"] == 1
+        bmc_url = proc.bmc_url("bmc-0001")
+        assert bmc_url != f"{url}/bmc/bmc-0001" and proc.control.bmc_urls()["bmc-0001"] == bmc_url  # its own port
         proc.kill()
         with pytest.raises(requests.ConnectionError):
             requests.get(url + "/_sim/stats", timeout=2)
         proc.start()
         assert proc.url == url and proc.control.stats()["update_requests"] == 0
+        assert proc.bmc_url("bmc-0001") == bmc_url and bmc.get(bmc_url + "/redfish/v1/Systems/1").status_code == 200
         assert proc.control.create_bmcs(count=1, start=3) == ["bmc-0003"]
+        assert requests.get(proc.bmc_url("bmc-0003") + "/redfish/v1/", timeout=5).status_code == 200
     finally:
         proc.kill()
