@@ -310,11 +310,13 @@ def wait_for(condition, timeout: float, what: str, every=None):
     raise AssertionError(f"not within {timeout}s: {what() if callable(what) else what}")
 
 
-def workers_waiting_on_locks() -> list[str]:
-    """application_name of worker sessions waiting on a row lock right now."""
+def workers_waiting_on_locks(advisory_only: bool = False) -> list[str]:
+    """application_name of worker sessions waiting on a lock right now (``advisory_only``: an advisory lock, such
+    as a site's activation lock; a row lock two steps meet for a moment is not one)."""
+    kind = " AND wait_event = 'advisory'" if advisory_only else ""
     with connection.cursor() as cursor:
         cursor.execute("SELECT application_name FROM pg_stat_activity WHERE application_name LIKE 'chaos-%%' "
-                       "AND wait_event_type = 'Lock'")
+                       f"AND wait_event_type = 'Lock'{kind}")
         return [row[0] for row in cursor.fetchall()]
 
 

@@ -272,15 +272,18 @@ def test_a_pause_landing_between_the_gate_and_the_claim(users, chaos_settings):
             with connection.cursor() as cursor:
                 cursor.execute("SELECT pg_advisory_lock(%s, %s)", [engine.SITE_LOCK_NS, site])
             try:
-                waiting = chaos.wait_for(chaos.workers_waiting_on_locks, 60, "a worker's claim waiting on the lock",
-                                         every=engine.rollout_tick)
+                # a claim waits on the site's advisory lock (not a row lock two steps meet for a moment), for a
+                # target in draining: the window the test is about
+                waiting = chaos.wait_for(lambda: chaos.workers_waiting_on_locks(advisory_only=True) if (
+                    RolloutTarget.objects.filter(rollout=rollout, state=TargetState.DRAINING).exists()) else [], 60,
+                    "a worker's claim waiting on the site lock", every=engine.rollout_tick)
                 draining = RolloutTarget.objects.filter(rollout=rollout, state=TargetState.DRAINING).count()
                 svc.rollout_pause(rollout=Rollout.objects.get(pk=rollout.pk), actor=users["operator"],
                                   reason="chaos: paused between gate and claim")
             finally:
                 with connection.cursor() as cursor:
                     cursor.execute("SELECT pg_advisory_unlock(%s, %s)", [engine.SITE_LOCK_NS, site])
-            chaos.wait_for(lambda: not chaos.workers_waiting_on_locks(), 30, "the claims went on")
+            chaos.wait_for(lambda: not chaos.workers_waiting_on_locks(advisory_only=True), 30, "the claims went on")
             chaos.wait_for(lambda: not RolloutTarget.objects.filter(rollout=rollout, lease_owner__gt="").exists(),
                            30, "the chunks finished", every=engine.rollout_tick)
             activations = _received(sim, chaos.ACTIVATE)
