@@ -8,7 +8,7 @@ DEMO_GPUS ?= 2000
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/fleet
 TEST_REDIS_URL ?= redis://127.0.0.1:6379/15
 
-.PHONY: run test test-pg test-chaos test-sqlite lint bench bench-inventory bench-telemetry bench-firmware bench-load bench-procurement bench-decommission setup chromium
+.PHONY: run test test-pg test-chaos test-chaos-repeat test-sqlite lint bench bench-inventory bench-telemetry bench-firmware bench-load bench-procurement bench-decommission bench-acceptance setup chromium
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 12), "Fleet needs Python 3.12 (pyenv reads .python-version)"'
@@ -38,6 +38,11 @@ test-pg:
 test-chaos:
 	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) $(PY) -m pytest -m chaos -p no:cacheprovider
 
+# Every chaos test, RUNS times in a row (fresh processes each run): the tally shows a test whose fault may not land.
+RUNS ?= 10
+test-chaos-repeat:
+	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) $(PY) tests/repeat_chaos.py --runs $(RUNS)
+
 test-sqlite:
 	rm -f var/test-sqlite.sqlite3
 	DATABASE_URL=sqlite:///$(CURDIR)/var/test-sqlite.sqlite3 $(PY) -m pytest -m sqlite -p no:cacheprovider
@@ -45,7 +50,7 @@ test-sqlite:
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .
 
-bench: bench-inventory bench-telemetry bench-firmware bench-procurement bench-decommission bench-load
+bench: bench-inventory bench-telemetry bench-firmware bench-procurement bench-decommission bench-acceptance bench-load
 
 bench-inventory: $(VENV)/.installed
 	DATABASE_URL=postgres://postgres@127.0.0.1:5432/fleet_bench $(PY) bench/inventory.py
@@ -64,3 +69,6 @@ bench-procurement: $(VENV)/.installed
 
 bench-decommission: $(VENV)/.installed
 	DATABASE_URL=postgres://postgres@127.0.0.1:5432/fleet_bench_decom $(PY) bench/decommission.py
+
+bench-acceptance: $(VENV)/.installed
+	DATABASE_URL=postgres://postgres@127.0.0.1:5432/fleet_bench_acc $(PY) bench/acceptance.py

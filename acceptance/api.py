@@ -174,7 +174,10 @@ ACTION = inline_serializer("BurnInAction", {
     "action": serializers.ChoiceField(choices=["start", "complete"]),
     "reason": serializers.CharField(required=False, allow_blank=True, max_length=500)})
 ACTION_RESULT = inline_serializer("BurnInActionResult", {
-    "moved": serializers.ListField(child=serializers.IntegerField()),
+    "moved": serializers.ListField(child=serializers.IntegerField(), help_text="GPUs moved now"),
+    "queued": serializers.ListField(child=serializers.IntegerField(),
+                                    help_text="GPUs a background job moves (a group above the bulk limit)"),
+    "job": serializers.IntegerField(allow_null=True, help_text="That job's id (GET /api/v1/jobs/{id}/)"),
     "held": serializers.ListField(child=serializers.DictField())})
 
 
@@ -209,7 +212,7 @@ class DeliveryBurnInView(APIView):
             result = act(gpus=gpus, actor=request.user, reason=str(request.data.get("reason") or "")[:500])
         except DjangoValidationError as exc:
             raise _validation(exc) from exc
-        return Response({"moved": result.moved, "held": result.held})
+        return Response({"moved": result.moved, "queued": result.queued, "job": result.job, "held": result.held})
 
 
 RATE = inline_serializer("EarlyFailureRate", {

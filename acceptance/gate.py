@@ -8,22 +8,33 @@ state (burn-in, or the drain it returns from): a retest after a failure starts a
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from django.core.exceptions import ValidationError
+from django.db.models import Q
 
 from acceptance.models import AcceptanceCheck, BurnInPolicy, DiagnosticResult, RunGpu, Verdict
 from acceptance.parsers import name_key
-from inventory.models import Gpu, GpuState
+from inventory.models import Gpu, GpuState, GpuStateChange
 
 # Without a policy row for the model or a fleet default, a GPU still needs one passing level-2 run.
 BUILTIN_POLICY = BurnInPolicy(min_level=2, required_runs=1, min_hours=0, required_tests=[], required_checks=[],
                               return_min_level=2, return_runs=1, infant_days=90)
 
 
+def policies_for(gpu_model_ids: Iterable[int | None]) -> dict[int | None, BurnInPolicy]:
+    """The policy each model goes by (its own, else the fleet default, else the built-in one): one query."""
+    wanted = set(gpu_model_ids)
+    # (``gpu_model_id__in=[m, None]`` would drop the None: SQL's IN never matches NULL, so the default needs its Q)
+    rows = {p.gpu_model_id: p for p in BurnInPolicy.objects.filter(
+        Q(gpu_model_id__in=[m for m in wanted if m is not None]) | Q(gpu_model__isnull=True)).order_by("id")}
+    fallback = rows.get(None) or BUILTIN_POLICY
+    return {m: rows.get(m) or fallback for m in wanted}
+
+
 def policy_for(gpu_model_id: int | None) -> BurnInPolicy:
-    policies = {p.gpu_model_id: p for p in BurnInPolicy.objects.filter(gpu_model_id__in=[gpu_model_id, None])}
-    return policies.get(gpu_model_id) or policies.get(None) or BUILTIN_POLICY
+    return policies_for([gpu_model_id])[gpu_model_id]
 
 
 @dataclass
@@ -37,28 +48,75 @@ class GateStatus:
 def evaluate(gpu: Gpu, *, returning: bool | None = None, policy: BurnInPolicy | None = None) -> GateStatus:
     """What the GPU's evidence since it entered its current state says. ``returning``: judge by the return rules
     (a drained GPU going back to service); default from its state."""
-    if gpu.state == GpuState.BURN_IN_FAILED:
-        change = gpu.state_changes.filter(to_state=GpuState.BURN_IN_FAILED).order_by("-at", "-id").first()
-        return GateStatus(met=False, failed=True, reasons=[(change.reason if change else "") or
-                                                           "burn-in failed: retest or send to RMA"])
-    policy = policy or policy_for(gpu.model_id)
-    if returning is None:
-        returning = gpu.state == GpuState.DRAINED
+    policies = {gpu.model_id: policy} if policy is not None else None
+    return evaluate_many([gpu], returning=returning, policies=policies)[gpu.pk]
+
+
+def evaluate_many(gpus: Iterable[Gpu], *, returning: bool | None = None,
+                  policies: dict[int | None, BurnInPolicy] | None = None) -> dict[int, GateStatus]:
+    """:func:`evaluate` for a group of GPUs (a delivery, a rack) in at most five queries, however many GPUs:
+    policies, the reasons of failed burn-ins, the verdicts in each GPU's window, the passed tests of those runs
+    (when a policy requires tests) and the latest required checks (when a policy requires checks)."""
+    gpus = list(gpus)
+    out: dict[int, GateStatus] = {}
+    failed_ids = [g.pk for g in gpus if g.state == GpuState.BURN_IN_FAILED]
+    if failed_ids:
+        why: dict[int, str] = {}
+        for gpu_id, reason in GpuStateChange.objects.filter(gpu_id__in=failed_ids, to_state=GpuState.BURN_IN_FAILED
+                                                           ).order_by("gpu_id", "-at", "-id").values_list("gpu_id",
+                                                                                                        "reason"):
+            why.setdefault(gpu_id, reason)
+        for gpu_id in failed_ids:
+            out[gpu_id] = GateStatus(met=False, failed=True,
+                                     reasons=[why.get(gpu_id) or "burn-in failed: retest or send to RMA"])
+    judged = [g for g in gpus if g.pk not in out]
+    if not judged:
+        return out
+    policies = {**policies_for({g.model_id for g in judged} - set(policies or {})), **(policies or {})}
+    # Evidence counts from the moment each GPU entered its current state; one query from the earliest of them.
+    starts = [g.state_changed_at for g in judged]
+    verdicts = RunGpu.objects.filter(gpu_id__in=[g.pk for g in judged]).select_related("run").order_by(
+        "run__ran_at", "run_id")
+    if all(s is not None for s in starts):
+        verdicts = verdicts.filter(run__ran_at__gte=min(starts))  # type: ignore[type-var]
+    rows: dict[int, list[RunGpu]] = {}
+    for row in verdicts:
+        rows.setdefault(row.gpu_id, []).append(row)
+    for gpu in judged:
+        since = gpu.state_changed_at
+        rows[gpu.pk] = [r for r in rows.get(gpu.pk, []) if since is None or r.run.ran_at >= since]
+    passed_tests: dict[int, dict[int, set[str]]] = {g.pk: {} for g in judged}  # gpu -> run -> tests passed
+    if any(policies[g.model_id].required_tests and rows[g.pk] for g in judged):
+        for gpu_id, run_id, test in DiagnosticResult.objects.filter(
+                gpu_id__in=[g.pk for g in judged], run_id__in={r.run_id for g in judged for r in rows[g.pk]},
+                status__in=["pass", "warn"]).values_list("gpu_id", "run_id", "test"):
+            passed_tests[gpu_id].setdefault(run_id, set()).add(name_key(test))
+    returns = {g.pk: (g.state == GpuState.DRAINED) if returning is None else returning for g in judged}
+    names = {n for g in judged if not returns[g.pk] for n in policies[g.model_id].required_checks or []}
+    latest: dict[int, dict[str, AcceptanceCheck]] = {g.pk: {} for g in judged}  # gpu -> check name -> latest
+    if names:
+        checks = AcceptanceCheck.objects.filter(gpu_id__in=[g.pk for g in judged if not returns[g.pk]],
+                                                name__in=names).order_by("-measured_at", "-id")
+        if all(s is not None for s in starts):
+            checks = checks.filter(measured_at__gte=min(starts))  # type: ignore[type-var]
+        since_of = {g.pk: g.state_changed_at for g in judged}
+        for check in checks:
+            since = since_of[check.gpu_id]
+            if since is None or check.measured_at >= since:
+                latest[check.gpu_id].setdefault(check.name, check)
+    for gpu in judged:
+        out[gpu.pk] = _judge(gpu, policies[gpu.model_id], returns[gpu.pk], rows[gpu.pk], passed_tests[gpu.pk],
+                             latest[gpu.pk])
+    return out
+
+
+def _judge(gpu: Gpu, policy: BurnInPolicy, returning: bool, rows: list[RunGpu], passed_tests: dict[int, set[str]],
+           checks: dict[str, AcceptanceCheck]) -> GateStatus:
+    """The gate's rules over one GPU's evidence in its window (runs oldest first, latest check per name)."""
     since: dt.datetime | None = gpu.state_changed_at
     min_level = policy.return_min_level if returning else policy.min_level
     runs_needed = policy.return_runs if returning else policy.required_runs
-    verdicts = (RunGpu.objects.filter(gpu_id=gpu.pk).select_related("run")
-                .order_by("run__ran_at", "run_id"))
-    if since is not None:
-        verdicts = verdicts.filter(run__ran_at__gte=since)
-    rows = list(verdicts)
     required = {name_key(t) for t in policy.required_tests or []}
-    passed_tests: dict[int, set[str]] = {}
-    if required and rows:
-        for run_id, test in DiagnosticResult.objects.filter(
-                gpu_id=gpu.pk, run_id__in=[r.run_id for r in rows], status__in=["pass", "warn"]).values_list(
-                "run_id", "test"):
-            passed_tests.setdefault(run_id, set()).add(name_key(test))
     reasons: list[str] = []
     passing = []
     for row in rows:
@@ -82,10 +140,7 @@ def evaluate(gpu: Gpu, *, returning: bool | None = None, policy: BurnInPolicy | 
             reasons.append(f"burn-in evidence covers {hours:.1f} h of the {policy.min_hours:g} h required")
     if not returning:
         for name in policy.required_checks or []:
-            checks = AcceptanceCheck.objects.filter(gpu_id=gpu.pk, name=name)
-            if since is not None:
-                checks = checks.filter(measured_at__gte=since)
-            latest = checks.order_by("-measured_at", "-id").first()
+            latest = checks.get(name)
             if latest is None:
                 reasons.append(f"no {name} result")
             elif not latest.passed:

@@ -12,7 +12,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
-from acceptance.gate import evaluate, policy_for
+from acceptance.gate import evaluate_many
 from acceptance.models import (
     AcceptanceCheck,
     CheckThreshold,
@@ -194,8 +194,19 @@ def check_record(*, gpu: Gpu, name: str, passed: bool | None = None, value: floa
 
 @dataclass
 class BurnInResult:
-    moved: list[int] = field(default_factory=list)
+    moved: list[int] = field(default_factory=list)  # moved now
     held: list[dict[str, Any]] = field(default_factory=list)
+    queued: list[int] = field(default_factory=list)  # a group above FLEET_BULK_SYNC_LIMIT: moved by a background job
+    job: int | None = None
+
+
+def _transition(result: BurnInResult, ids: list[int], to_state: str, actor: Actor | None, reason: str) -> None:
+    """Move now (all or nothing), or, for a large group, start the background job and say so: queued, not moved."""
+    outcome = inventory_services.gpu_bulk_transition(gpu_ids=ids, to_state=to_state, actor=actor, reason=reason)
+    if isinstance(outcome, inventory_services.BulkResult):
+        result.moved = ids
+    else:
+        result.queued, result.job = ids, outcome.pk
 
 
 def burn_in_start(*, gpus: Iterable[Gpu], actor: Actor | None, reason: str = "") -> BurnInResult:
@@ -208,9 +219,7 @@ def burn_in_start(*, gpus: Iterable[Gpu], actor: Actor | None, reason: str = "")
         elif gpu.state != GpuState.BURN_IN:
             result.held.append({"gpu": gpu.pk, "identity": gpu.identity, "reason": f"is {gpu.get_state_display()}"})
     if ids:
-        inventory_services.gpu_bulk_transition(gpu_ids=ids, to_state=GpuState.BURN_IN, actor=actor,
-                                               reason=reason or "burn-in started")
-        result.moved = ids
+        _transition(result, ids, GpuState.BURN_IN, actor, reason or "burn-in started")
     return result
 
 
@@ -219,19 +228,14 @@ def burn_in_complete(*, gpus: Iterable[Gpu], actor: Actor | None, reason: str = 
     The lifecycle gate checks each again inside the transition."""
     result = BurnInResult()
     ready = []
-    policies: dict[int, Any] = {}
-    for gpu in gpus:
-        if gpu.state != GpuState.BURN_IN:
-            continue
-        if gpu.model_id not in policies:
-            policies[gpu.model_id] = policy_for(gpu.model_id)
-        status = evaluate(gpu, policy=policies[gpu.model_id])
+    in_burn_in = [g for g in gpus if g.state == GpuState.BURN_IN]
+    gate = evaluate_many(in_burn_in)
+    for gpu in in_burn_in:
+        status = gate[gpu.pk]
         if status.met:
             ready.append(gpu.pk)
         else:
             result.held.append({"gpu": gpu.pk, "identity": gpu.identity, "reason": "; ".join(status.reasons)})
     if ready:
-        inventory_services.gpu_bulk_transition(gpu_ids=ready, to_state=GpuState.IN_SERVICE, actor=actor,
-                                               reason=reason or "burn-in passed")
-        result.moved = ready
+        _transition(result, ready, GpuState.IN_SERVICE, actor, reason or "burn-in passed")
     return result

@@ -49,7 +49,11 @@ def _act(request, gpus) -> None:  # type: ignore[no-untyped-def]
             messages.error(request, message)
         return
     verb = "into burn-in" if form.cleaned_data["action"] == "start" else "into service"
-    messages.success(request, f"{len(result.moved)} GPU{'s' if len(result.moved) != 1 else ''} moved {verb}.")
+    if result.job is not None:
+        messages.success(request, f"{len(result.queued)} GPUs are being moved {verb} by background job "
+                                  f"#{result.job}; this page shows them as they move.")
+    else:
+        messages.success(request, f"{len(result.moved)} GPU{'s' if len(result.moved) != 1 else ''} moved {verb}.")
     for held in result.held[:20]:
         messages.warning(request, f"{held['identity']} stays: {held['reason']}")
 

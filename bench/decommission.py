@@ -40,12 +40,24 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from benchlib import bench_database_url, loadavg, recreate_database, say, stop_processes
+from benchlib import (
+    bench_database_url,
+    children,
+    loadavg,
+    processes_cpu,
+    recreate_database,
+    say,
+    stop_processes,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 TARGETS = {"certify_s": 60.0, "verify_per_s": 2000.0}
+
+if TYPE_CHECKING:
+    from world.bmc.testing import SimulatorProcess
 
 
 def free_port() -> int:
@@ -54,15 +66,16 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def seed(n: int, sim_url: str) -> list:  # type: ignore[type-arg]
-    """N HGX servers with 8 GPUs each, on the simulator's BMCs (bulk inserts: setup, not under test)."""
+def seed(n: int, sim: SimulatorProcess) -> list:  # type: ignore[type-arg]
+    """N HGX servers with 8 GPUs each, on the simulator's BMCs, each at its own port (``sim.bmc_url``; bulk
+    inserts: setup, not under test)."""
     from inventory.models import Gpu, GpuModel, GpuState, Server, ServerPlatform
 
     model = GpuModel.objects.create(sku="H100-SXM5-80GB", name="NVIDIA H100 80GB HBM3", memory_gib=80)
     platform = ServerPlatform.objects.create(name="HGX H100 8-GPU", vendor="Supermicro", gpu_model=model)
     servers = Server.objects.bulk_create(
         Server(hostname=f"bench-{i:05d}", serial=f"SRV{i:07d}", platform=platform,
-               bmc_address=f"{sim_url}/bmc/bmc-{i:04d}") for i in range(1, n + 1))
+               bmc_address=sim.bmc_url(f"bmc-{i:04d}")) for i in range(1, n + 1))
     Gpu.objects.bulk_create(
         Gpu(serial=f"165{s.pk:07d}{slot}", uuid=f"GPU-{s.pk:08d}-{slot:04d}", model=model, server=s, module_id=slot,
             pci_bus_id=f"0000:{slot:02x}:00.0", state=GpuState.IN_SERVICE)
@@ -70,24 +83,9 @@ def seed(n: int, sim_url: str) -> list:  # type: ignore[type-arg]
     return servers
 
 
-def worker_children(proc: subprocess.Popen) -> list[int]:  # type: ignore[type-arg]
-    try:
-        return [int(c) for c in Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()]
-    except OSError:
-        return []
-
-
 def workers_cpu(workers: list[subprocess.Popen]) -> float:  # type: ignore[type-arg]
     """CPU seconds (user + system) of the worker processes and their children so far (Linux ``/proc``)."""
-    total = 0.0
-    tick = os.sysconf("SC_CLK_TCK")
-    for pid in [p.pid for p in workers] + [c for p in workers for c in worker_children(p)]:
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        total += (int(fields[11]) + int(fields[12])) / tick
-    return total
+    return processes_cpu(workers)
 
 
 def workers_ready(n: int, timeout: float = 180) -> None:
@@ -136,7 +134,7 @@ def run(args: argparse.Namespace, url: str, broker: str) -> dict[str, float]:  #
     workers: list[subprocess.Popen] = []
     try:
         t = time.perf_counter()
-        servers = seed(args.servers, sim.url)
+        servers = seed(args.servers, sim)
         User = get_user_model()
         operator, approver = User.objects.create_user("operator"), User.objects.create_user("approver")
         user_set_role(operator, "operator")
@@ -223,7 +221,7 @@ def run(args: argparse.Namespace, url: str, broker: str) -> dict[str, float]:  #
     finally:
         if args.profile:  # py-spy writes when its child exits
             for proc in workers:
-                for child in worker_children(proc):
+                for child in children(proc.pid):
                     os.kill(child, signal.SIGTERM)
             for proc in workers:
                 with contextlib.suppress(subprocess.TimeoutExpired):

@@ -27,7 +27,9 @@ the shared Redis). Measured in one run, printed with the targets:
   otherwise at once. Targets: >= 2 servers/s at 200 ms; the timeouts run >= half the 0 ms rate.
 
 The last line of output is one JSON object: ``compliance_s``, ``plan_s``, ``engine_steps_per_s``,
-``chaos_duplicates``, ``targets_per_s_0ms``, ``targets_per_s_200ms``, ``targets_per_s_timeouts``.
+``chaos_duplicates``, ``targets_per_s_0ms``, ``targets_per_s_200ms``, ``targets_per_s_timeouts``, and the CPU
+each timed run cost per operation (``cpu_ms_per_step``, ``cpu_ms_per_server_<case>``: the workers, the simulator,
+this process's tick and every PostgreSQL process, summed; a ``CPU ...`` line per run gives the parts).
 ``--only-rate`` runs the three rollout-rate cases alone (no 100k seed).
 The machine's 2 cores are shared with PostgreSQL, Redis, the simulator and the workers: figures are noisy.
 """
@@ -45,11 +47,13 @@ import time
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from benchlib import bench_database_url, loadavg, recreate_database, say, stop_processes
+from benchlib import CpuMeter, bench_database_url, loadavg, recreate_database, say, stop_processes
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+CPU: dict[str, float] = {}  # CPU milliseconds per operation of each timed run (workers, simulator, this process,
+# PostgreSQL), printed with the figures
 TARGETS = {"compliance_s": 2.0, "plan_s": 3.0, "engine_steps_per_s": 500.0, "targets_per_s_200ms": 2.0}
 
 
@@ -113,7 +117,7 @@ def main() -> None:
         ["redis-server", "--port", str(redis_port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],  # noqa: S607
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        figures = run(args, url, broker, reuse)
+        figures = {**run(args, url, broker, reuse), **CPU}
     finally:
         redis_proc.kill()
         redis_proc.wait(timeout=10)
@@ -271,6 +275,7 @@ def rollout_rate(args: argparse.Namespace, url: str, broker: str, operator, appr
             workers.append(subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL,  # noqa: S603
                                             stderr=subprocess.DEVNULL))
         wait_for_workers(broker, len(workers))  # the clock starts when they consume, not while they import
+        meter = CpuMeter(workers=workers, simulator=[sim.proc]).start()
         started = time.perf_counter()
         rollout = svc.rollout_start(rollout=rollout, actor=operator)
         while time.perf_counter() - started < 900:
@@ -280,6 +285,7 @@ def rollout_rate(args: argparse.Namespace, url: str, broker: str, operator, appr
                 break
             time.sleep(0.3)
         elapsed = time.perf_counter() - started
+        meter.stop()
         done = RolloutTarget.objects.filter(rollout=rollout, state="succeeded").count()
         counters = sim.control.counters()
     finally:
@@ -288,7 +294,9 @@ def rollout_rate(args: argparse.Namespace, url: str, broker: str, operator, appr
     dup = sum(1 for c in counters["bmcs"].values() for k, v in c["processed"].items() if v > 1 and "Update" in k)
     rate = done / elapsed if rollout.state == RolloutState.COMPLETED and elapsed else 0.0
     say(f"rollout rate ({label}): {n} HGX servers, {done} succeeded in {elapsed:.1f} s, rollout {rollout.state}: "
-        f"{rate:.2f} servers/s; faults {counters['faults']}; {dup} duplicate update requests")
+        f"{rate:.2f} servers/s; faults {counters['faults']}; {dup} duplicate update requests; "
+        f"{meter.per(done, 'server')} (the tick in this process)")
+    CPU[f"cpu_ms_per_server_{label}"] = meter.total_ms_per(done)
     return rate
 
 
@@ -413,6 +421,7 @@ def engine_throughput(args: argparse.Namespace, url: str, broker: str, operator,
             workers.append(subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL,  # noqa: S603
                                             stderr=subprocess.DEVNULL))
         time.sleep(4)  # the workers import Django
+        meter = CpuMeter(workers=workers, simulator=[sim.proc]).start()
         started = time.perf_counter()
         rollout = svc.rollout_start(rollout=rollout, actor=operator)
         done = 0
@@ -423,6 +432,7 @@ def engine_throughput(args: argparse.Namespace, url: str, broker: str, operator,
                 break
             time.sleep(0.5)
         elapsed = time.perf_counter() - started
+        meter.stop()
         steps = RolloutTarget.objects.filter(rollout=rollout).aggregate(s=Sum("version"))["s"] or 0
         engine.rollout_tick()
         rollout.refresh_from_db()
@@ -437,7 +447,8 @@ def engine_throughput(args: argparse.Namespace, url: str, broker: str, operator,
         f"processes: {steps:,} target-steps = {rate:.0f} steps/s (target >= {TARGETS['engine_steps_per_s']:.0f}) "
         f"{verdict(rate, TARGETS['engine_steps_per_s'], higher_is_better=True)}; rollout {rollout.state}; "
         f"simulator: {stats['requests']:,} requests, {stats['update_requests']:,} update requests, "
-        f"{len(stats['duplicate_updates'])} duplicates")
+        f"{len(stats['duplicate_updates'])} duplicates; {meter.per(steps, 'target-step')}")
+    CPU["cpu_ms_per_step"] = meter.total_ms_per(steps)
     assert rollout.state in (RolloutState.COMPLETED, RolloutState.RUNNING, RolloutState.PAUSED)
     return rate
 

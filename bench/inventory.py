@@ -45,7 +45,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from urllib.parse import urlencode, urlsplit
 
-from benchlib import bench_database_url, loadavg, recreate_database, say
+from benchlib import Timing, bench_database_url, loadavg, recreate_database, say
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -238,39 +238,6 @@ def csv_file(gpus: list[dict]) -> bytes:
     lines += [f"{g['hostname']}, {g['index']}, {g['name']}, {g['serial']}, {g['uuid']}, {g['bus']}, {g['vbios']}, "
               f"{g['driver']}, {g['inforom']}, {g['mib']} MiB, {31 + g['index']}, {70 + g['index']:.2f} W" for g in gpus]
     return ("\n".join(lines) + "\n").encode()
-
-
-def backend_cpu_s() -> float:
-    """CPU seconds used so far by this connection's PostgreSQL backend (same machine: /proc), 0 if unreadable."""
-    from django.db import connection
-
-    with connection.cursor() as cur:
-        cur.execute("SELECT pg_backend_pid()")
-        pid = cur.fetchone()[0]
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
-
-
-class Timing:
-    """Wall seconds, this process's CPU seconds and the PostgreSQL backend's CPU seconds of one import case."""
-
-    def __enter__(self) -> Timing:
-        self.backend = backend_cpu_s()
-        self.cpu, self.started = time.process_time(), time.perf_counter()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.seconds = time.perf_counter() - self.started
-        self.cpu = time.process_time() - self.cpu
-        self.backend = backend_cpu_s() - self.backend
-
-    def per_gpu(self, gpus: int) -> str:
-        n = max(gpus, 1)
-        return (f"CPU {1000 * self.cpu / n:.3f} ms/GPU here + {1000 * self.backend / n:.3f} ms/GPU PostgreSQL backend"
-                f" = {(self.cpu + self.backend) / n * 1e3:.3f} ms/GPU")
 
 
 def timed_import(files: list[tuple[str, bytes, str]], fmt: str) -> tuple[Timing, int]:

@@ -8,5 +8,7 @@ urlpatterns = [
     path("firmware/rollouts/preview/", rollouts.rollout_preview, name="rollout-preview"),
     path("firmware/rollouts/<int:pk>/", rollouts.rollout_detail, name="rollout-detail"),
     path("firmware/rollouts/<int:pk>/progress/", rollouts.rollout_progress, name="rollout-progress"),
+    path("firmware/rollouts/<int:pk>/targets/<int:target_pk>/resolve/", rollouts.rollout_target_resolve,
+         name="rollout-target-resolve"),
     path("firmware/rollouts/<int:pk>/<slug:action>/", rollouts.rollout_action, name="rollout-action"),
 ]

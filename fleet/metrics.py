@@ -119,6 +119,10 @@ class DataCollector:
             for row in active.values("state").order_by("state").annotate(n=_count()):
                 gauge.add_metric([row["state"]], row["n"])
             yield gauge
+            # failed inconclusive: held for a person (an unanswered request the BMC could not account for, or
+            # verification that could not tell); the rollout page says what each one waits for
+            yield GaugeMetricFamily("fleet_rollout_targets_held", "Rollout targets held for a person",
+                                    value=active.filter(state="failed", error_class="inconclusive").count())
         asset = _model("decommission", "Asset")
         if asset is not None:  # assets held for a person (the evidence could not show whether an action landed)
             yield GaugeMetricFamily("fleet_decommission_assets_held", "Decommission assets held for a person",

@@ -133,7 +133,7 @@ def strip_prefix(base: str, uri: str) -> str:
     return uri
 
 
-_HTTP: dict[str, requests.Session] = {}  # one connection pool per host:port (the simulator: many BMCs, one port)
+_HTTP: dict[str, requests.Session] = {}  # one connection pool per host:port (the simulator: one per BMC, each its own port)
 _SESSIONS: OrderedDict[str, RedfishSession] = OrderedDict()
 _LOCK = threading.Lock()
 MAX_SESSIONS = 4096

@@ -301,6 +301,9 @@ FLEET_BMC_TASK_RETENTION_SECONDS_BY_CLASS = {k.strip(): float(v) for k, _, v in 
 FLEET_BMC_UNKNOWN_SETTLE_FACTOR = float(os.environ.get("FLEET_BMC_UNKNOWN_SETTLE_FACTOR", "3"))
 # BMCs one worker process talks to at once (threads; one request in flight per BMC).
 FLEET_ROLLOUT_WORKER_CONCURRENCY = int(os.environ.get("FLEET_ROLLOUT_WORKER_CONCURRENCY", "32"))
+# A chunk leaves the servers still waiting on their BMC to their threads once half of its servers are done and none
+# has answered for this long (seconds; 0: a chunk always waits for all of its servers).
+FLEET_ROLLOUT_DETACH_SECONDS = float(os.environ.get("FLEET_ROLLOUT_DETACH_SECONDS", "0.25"))
 
 # --- issue12a: the API contract (docs/api.md) ---
 # Every API list takes only the query parameters it knows (an unknown one is a 400 naming it); every error
@@ -380,6 +383,10 @@ FLEET_PROMETHEUS_CA = os.environ.get("FLEET_PROMETHEUS_CA", "")  # a CA bundle f
 FLEET_PROMETHEUS_TIMEOUT = float(os.environ.get("FLEET_PROMETHEUS_TIMEOUT", "5"))  # s per request: then a message
 FLEET_PROMETHEUS_SCRAPE_S = int(os.environ.get("FLEET_PROMETHEUS_SCRAPE_S", "30"))  # the exporters' interval
 FLEET_PROMETHEUS_LABELS = json.loads(os.environ.get("FLEET_PROMETHEUS_LABELS", "{}"))
+# The longest query Fleet sends (VictoriaMetrics refuses more than -search.maxQueryLen, 16 kB by default): a rack,
+# row or site aggregate over more UUIDs is sent in parts (telemetry.promql_groups), this many queries at a time.
+FLEET_PROMETHEUS_MAX_QUERY_BYTES = int(os.environ.get("FLEET_PROMETHEUS_MAX_QUERY_BYTES", "16384"))
+FLEET_PROMETHEUS_CONCURRENCY = int(os.environ.get("FLEET_PROMETHEUS_CONCURRENCY", "4"))
 # Embedded store: raw samples older than this many days are compacted per GPU and day (telemetry.compact).
 FLEET_TELEMETRY_COMPACT_AFTER_DAYS = int(os.environ.get("FLEET_TELEMETRY_COMPACT_AFTER_DAYS", "2"))
 

@@ -257,6 +257,21 @@ class HistorySerializer(serializers.Serializer):
     points = HistoryPointSerializer(many=True)
 
 
+_ISO: dict[dt.datetime, str] = {}  # bucket starts as text: every chart of the same range shows the same ones
+
+
+def _iso(t: dt.datetime) -> str:
+    """``t`` as DRF's JSON encoder writes it (``...Z`` for UTC), kept per process: encoding a year's 8,760 points
+    called the encoder's fallback and ``isoformat`` per point, 2/3 of the history API's time."""
+    text = _ISO.get(t)
+    if text is None:
+        if len(_ISO) > 200_000:
+            _ISO.clear()
+        text = t.isoformat()
+        text = _ISO[t] = text[:-6] + "Z" if text.endswith("+00:00") else text
+    return text
+
+
 class HistoryView(APIView):
     schema = FleetAutoSchema()
 
@@ -273,10 +288,11 @@ class HistoryView(APIView):
                                        end=q["end"], resolution=tier)
         except StoreUnavailable as exc:
             return _unavailable(request, exc)
+        kept = _ISO.get
         return Response({"scope": q["scope"], "id": q["id"], "metric": q["metric"], "unit": selectors.UNITS[q["metric"]],
                          "resolution": "5m" if q["metric"] in selectors.BUCKET_METRICS and tier == "raw" else tier,
                          "start": q["start"], "end": q["end"],
-                         "points": [{"t": t, "min": a, "avg": b, "max": c} for t, a, b, c in points]})
+                         "points": [{"t": kept(t) or _iso(t), "min": a, "avg": b, "max": c} for t, a, b, c in points]})
 
 
 class HeatmapQuerySerializer(serializers.Serializer):

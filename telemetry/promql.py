@@ -19,6 +19,7 @@ import datetime as dt
 import hashlib
 import json
 import math
+import re
 import ssl
 import urllib.error
 import urllib.parse
@@ -61,6 +62,11 @@ def labels() -> dict[str, str]:
 
 def _escape(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"')
+
+
+def escape_regex(value: str) -> str:
+    """``value`` matched literally inside a PromQL regex string (``=~"..."``)."""
+    return _escape(re.escape(value))
 
 
 def selector(metric: str, uuids: list[str]) -> str:
@@ -145,8 +151,36 @@ def query(expr: str, at: dt.datetime | None = None) -> list[dict[str, Any]]:
     return request("/api/v1/query", params)["result"]
 
 
+def max_query_bytes() -> int:
+    """The longest query (or ``match[]``) sent: ``FLEET_PROMETHEUS_MAX_QUERY_BYTES``."""
+    return int(getattr(settings, "FLEET_PROMETHEUS_MAX_QUERY_BYTES", 16_384))
+
+
 def series(match: str, start: dt.datetime, end: dt.datetime) -> list[dict[str, str]]:
+    """The label sets of the series matching ``match`` with samples in [start, end): ``/api/v1/series`` reads
+    the store's index, never a sample."""
     return request("/api/v1/series", {"match[]": match, "start": start.timestamp(), "end": end.timestamp()})
+
+
+def series_uuids(uuids: list[str], *, start: dt.datetime, end: dt.datetime, metric: str = "gpu_temp") -> set[str]:
+    """The UUIDs among ``uuids`` that have a series of ``metric`` under the UUID label in [start, end), as Fleet
+    keeps them (:func:`uuid_key`). One ``/api/v1/series`` request per :func:`max_query_bytes` of UUIDs."""
+    label = labels()["uuid"]
+    shell = f'{METRIC[metric]}{{{label}=~""}}'
+    chunks: list[list[str]] = [[]]
+    size = len(shell)
+    for uuid in uuids:
+        if chunks[-1] and size + len(uuid) + 1 > max_query_bytes():
+            chunks.append([])
+            size = len(shell)
+        chunks[-1].append(uuid)
+        size += len(uuid) + 1
+    found: set[str] = set()
+    for chunk in chunks:
+        if chunk:
+            match = f'{METRIC[metric]}{{{label}=~"{"|".join(_escape(u) for u in chunk)}"}}'
+            found.update(uuid_key(item.get(label, "")) for item in series(match, start, end))
+    return found & {uuid_key(uuid) for uuid in uuids}
 
 
 def _points(result: list[dict[str, Any]]) -> dict[int, float]:
@@ -172,26 +206,15 @@ _GPU = {
     "tlimit": ("min_over_time({s}[{w}])", None, None),
     "throttle": (None, "avg_over_time({t}[{w}:{r}])", None),
 }
-# The same over a group's GPUs (one aggregation across them).
-_GROUP = {
-    "gpu_temp": ("min(min_over_time({s}[{w}]))", "avg(avg_over_time({s}[{w}]))", "max(max_over_time({s}[{w}]))"),
-    "mem_temp": (None, None, "max(max_over_time({s}[{w}]))"),
-    "power": ("min(avg_over_time({s}[{w}]))", "avg(avg_over_time({s}[{w}]))", "max(avg_over_time({s}[{w}]))"),
-    "power_sum": (None, "sum(avg_over_time({s}[{w}]))", None),
-    "sm_clock": (None, "avg(avg_over_time({s}[{w}]))", None),
-    "tlimit": ("min(min_over_time({s}[{w}]))", None, None),
-    "throttle": (None, "avg(max_over_time({t}[{w}:{r}]))", None),
-}
 _SOURCE_METRIC = {"power_sum": "power"}
 
 
-def history(*, uuids: list[str], group: bool, metric: str, start: dt.datetime, end: dt.datetime,
+def history(*, uuid: str, metric: str, start: dt.datetime, end: dt.datetime,
             tier: str) -> list[tuple[dt.datetime, float | None, float | None, float | None]]:
-    """``[(bucket start, min, avg, max)]`` of ``metric`` over ``uuids`` (one GPU, or a group aggregated across
-    them). A point at bucket start ``t`` summarises ``[t, t + step)``: PromQL's ``*_over_time(x[w])`` evaluated at
+    """``[(bucket start, min, avg, max)]`` of ``metric`` of one GPU (racks, rows and sites: ``promql_groups``).
+    A point at bucket start ``t`` summarises ``[t, t + step)``: PromQL's ``*_over_time(x[w])`` evaluated at
     ``t + step`` looks back over ``(t, t + step]``."""
-    if not uuids:
-        return []
+    uuids = [uuid]
     step = step_for(start, end, tier)
     if metric in COUNTERS:
         return _increases(selector(metric, uuids), start, end, step)
@@ -199,7 +222,7 @@ def history(*, uuids: list[str], group: bool, metric: str, start: dt.datetime, e
     s = selector(source, uuids)
     scrape = int(getattr(settings, "FLEET_PROMETHEUS_SCRAPE_S", 30))
     parts = []
-    for template in (_GROUP if group else _GPU)[metric]:
+    for template in _GPU[metric]:
         if template is None:
             parts.append({})
             continue

@@ -9,7 +9,7 @@ from django.conf import settings
 from django.contrib import messages
 from django.core.exceptions import ValidationError
 from django.http import Http404, HttpResponse
-from django.shortcuts import get_object_or_404, redirect
+from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
@@ -27,11 +27,12 @@ from fleet.views import (
 from inventory import selectors as inventory_selectors
 from inventory.lifecycle import allowed_targets
 from inventory.models import Gpu, GpuState, Rack
-from telemetry import charts, selectors
+from telemetry import charts, selectors, series_selectors
 from telemetry.filters import health_filter
 from telemetry.health import ACTIONS, evidence_text, health_flag_act
 from telemetry.health_selectors import FLAG_RELATED, gpu_open_flags
 from telemetry.models import HealthFlag
+from telemetry.promql import StoreUnavailable
 
 # The page's metric menu: these telemetry metrics, then every registered layer (selectors.HEATMAP_LAYERS).
 PAGE_METRICS = ("gpu_temp", "power")
@@ -65,15 +66,30 @@ def heatmap_gpu(request: HtmxHttpRequest, pk: int) -> HttpResponse:
         gpu = inventory_selectors.gpu_detail(pk=pk)
     except Gpu.DoesNotExist:
         raise Http404("No such GPU.") from None
-    context = {"gpu": gpu, "chart": charts.gpu_chart(gpu), "flags": gpu_open_flags(gpu_id=gpu.pk)}
+    context = {"gpu": gpu, "chart": charts.gpu_chart(gpu), "flags": gpu_open_flags(gpu_id=gpu.pk),
+               "store_backend": settings.FLEET_TELEMETRY_BACKEND == "prometheus"}
     return render_page(request, "telemetry/heatmap_panel.html", "gpu-panel", context)
 
 
 @viewer_required
 def heatmap_rack(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     rack = get_object_or_404(Rack.objects.select_related("row", "site"), pk=pk)
-    context = {"rack": rack, "chart": charts.group_chart("rack", rack.pk, f"Rack {rack.name}")}
+    context = {"rack": rack, "chart": charts.group_chart("rack", rack.pk, f"Rack {rack.name}"),
+               "store_backend": settings.FLEET_TELEMETRY_BACKEND == "prometheus"}
     return render_page(request, "telemetry/heatmap_panel.html", "rack-panel", context)
+
+
+@viewer_required
+def store_coverage(request: HtmxHttpRequest, scope: str, pk: int) -> HttpResponse:
+    """What the history store lacks for a GPU or a rack (prometheus backend; one /api/v1/series request): a
+    fragment the side panels load after they are shown, so a slow store never holds a panel up."""
+    if scope not in ("gpu", "rack"):
+        raise Http404("No such scope.")
+    try:
+        context = {"coverage": series_selectors.store_coverage(scope=scope, scope_id=pk)}
+    except StoreUnavailable as exc:
+        context = {"coverage_error": f"Telemetry history is unavailable: {exc}"}
+    return render(request, "telemetry/includes/store_coverage.html", context)
 
 
 # --- flagged GPUs -------------------------------------------------------------------------------------------

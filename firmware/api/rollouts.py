@@ -23,6 +23,7 @@ from firmware.lifecycle import ROLLOUT_ACTIONS
 from firmware.models import Bundle, ErrorClass, Rollout, RolloutTarget, TargetState
 from firmware.selectors.rollout import rollout_progress_json, rollout_targets
 from firmware.selectors.rollout_pages import rollout_list
+from firmware.services import held
 from firmware.services import rollout as services
 from firmware.services.plan import StrategySerializer, plan_preview
 from fleet.api import ErrorSerializer, FleetAutoSchema, with_request_id
@@ -336,8 +337,15 @@ class RolloutTargetFilter(filters.FilterSet):
         fields = ["state", "error_class", "wave"]
 
 
+class ResolveSerializer(serializers.Serializer):
+    landed = serializers.BooleanField(help_text="What the BMC showed: true, the request landed (go on from it); "
+                                                "false, it did not (send it once more when retried)")
+    note = serializers.CharField(max_length=300, help_text="What was checked on the BMC (kept in the audit log)")
+
+
 class RolloutTargetViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
-    """A rollout's targets (one per server), cursor-paginated, filtered by state, error class and wave."""
+    """A rollout's targets (one per server), cursor-paginated, filtered by state, error class and wave; a target
+    held for a person (an unanswered request the BMC could not account for) is resolved here."""
 
     schema = FleetAutoSchema()
     serializer_class = RolloutTargetSerializer
@@ -347,6 +355,23 @@ class RolloutTargetViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, vie
         if getattr(self, "swagger_fake_view", False):  # schema generation: no URL kwargs
             return RolloutTarget.objects.none()
         return rollout_targets(rollout_id=int(self.kwargs["rollout_pk"]))
+
+    @extend_schema(request=ResolveSerializer, responses={200: RolloutTargetSerializer, 409: CONFLICT})
+    @action(detail=True, methods=["post"])
+    def resolve(self, request: Request, rollout_pk: str | None = None, pk: str | None = None) -> Response:
+        """Record what a person found on the BMC for a target held on an unanswered request (operators; 409 when
+        the target is not held). The target stays failed until the rollout's exceptions are retried."""
+        data = ResolveSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        target = self.get_object()
+        try:
+            held.rollout_target_resolve(target=target, actor=request.user, **data.validated_data)
+        except DjangoValidationError as exc:
+            if getattr(exc, "code", None) != "not_held":
+                raise
+            return Response(with_request_id({"detail": " ".join(exc.messages), "code": "conflict"}, request),
+                            status=status.HTTP_409_CONFLICT)
+        return Response(RolloutTargetSerializer(self.get_queryset().get(pk=target.pk)).data)
 
 
 

@@ -22,9 +22,10 @@ from django_htmx.http import HttpResponseClientRedirect
 from firmware import lifecycle
 from firmware.forms import CAP_DOMAINS, RolloutForm
 from firmware.lifecycle import RolloutAction
-from firmware.models import Rollout, RolloutState
+from firmware.models import ErrorClass, Rollout, RolloutState, RolloutTarget, TargetState
 from firmware.selectors import rollout_pages as selectors
 from firmware.selectors.drains import rollout_drain_context
+from firmware.services import held as held_services
 from firmware.services import rollout as services
 from firmware.services.plan import Plan, plan_preview, selector_filter, strategy_parse
 from fleet import selectors as fleet_selectors
@@ -277,6 +278,7 @@ def _live_context(request: HtmxHttpRequest, rollout: Rollout,
         "failures": list(selectors.rollout_failures(rollout)[:50]),
         "exceptions": (list(services.exception_targets(rollout).select_related("server").order_by("id")[:200])
                        if rollout.state == RolloutState.COMPLETED_WITH_EXCEPTIONS else []),
+        "held": _held(rollout),
         "actions": _actions(request.user, rollout),
         "waiting": (f"Paused: {rollout.pause_reason}. " if rollout.state == RolloutState.PAUSED and rollout.pause_reason
                     else "") + WAITING.get(rollout.state, ""),
@@ -288,6 +290,14 @@ def _live_context(request: HtmxHttpRequest, rollout: Rollout,
         "notices": notices or [],
         **rollout_drain_context(rollout),
     }
+
+
+def _held(rollout: Rollout) -> list[held_services.HeldStep]:
+    """Targets held for a person on an unanswered request, with the BMC's findings (first 100)."""
+    targets = list(RolloutTarget.objects.filter(rollout=rollout, state=TargetState.FAILED,
+                                                error_class=ErrorClass.INCONCLUSIVE)
+                   .select_related("server").order_by("id")[:100])
+    return list(held_services.held_steps(targets).values()) if targets else []
 
 
 @viewer_required
@@ -334,6 +344,36 @@ def rollout_action(request: HtmxHttpRequest, pk: int, action: str) -> HttpRespon
             url = reverse("rollout-detail", args=[result.pk])
             return HttpResponseClientRedirect(url) if request.htmx else redirect(url)
         notices = [("success", f"{spec.label}: done. The rollout is {result.get_state_display().lower()}.")]
+    if not request.htmx:
+        for level, text in notices:
+            messages.add_message(request, messages.ERROR if level == "error" else messages.SUCCESS, text)
+        return redirect("rollout-detail", pk=pk)
+    return render(request, "firmware/rollout_detail.html#rollout-live",
+                  _live_context(request, _rollout_or_404(pk), notices))
+
+
+@operator_required
+@require_POST
+def rollout_target_resolve(request: HtmxHttpRequest, pk: int, target_pk: int) -> HttpResponse:
+    """What a person found on the BMC for a held target: ``landed`` yes or no, and a note (required)."""
+    rollout = _rollout_or_404(pk)
+    target = RolloutTarget.objects.filter(rollout=rollout, pk=target_pk).select_related("server").first()
+    if target is None:
+        raise Http404("No such target in this rollout.")
+    landed = request.POST.get("landed")
+    notices: list[tuple[str, str]] = []
+    if landed not in ("yes", "no"):
+        notices = [("error", "Choose whether the request landed on the BMC.")]
+    else:
+        try:
+            held_services.rollout_target_resolve(target=target, actor=request.user, landed=landed == "yes",
+                                                 note=request.POST.get("note", "")[:300])
+        except ValidationError as exc:
+            notices = [("error", f"{target.server.hostname}: {message}") for message in exc.messages]
+        else:
+            verdict = "it landed" if landed == "yes" else "it did not land; it is sent once more when retried"
+            notices = [("success", f"{target.server.hostname}: recorded, {verdict}. “Retry the exceptions” goes "
+                                   f"on once the rollout has finished its waves.")]
     if not request.htmx:
         for level, text in notices:
             messages.add_message(request, messages.ERROR if level == "error" else messages.SUCCESS, text)

@@ -299,7 +299,8 @@ class CalibrationSerializer(serializers.Serializer):
     name = serializers.CharField()
     kind = serializers.ChoiceField(choices=["forecast", "rule"])
     value = serializers.FloatField()
-    scored = serializers.IntegerField(help_text="Lead-time windows over before the origin that it learned from")
+    scored = serializers.IntegerField(help_text="Lead-time windows over before the origin, with GPUs in service at "
+                                                       "their origin, that it learned from")
     fill = serializers.FloatField(allow_null=True)
     stock = serializers.FloatField(allow_null=True)
     base_fill = serializers.FloatField(allow_null=True)
@@ -312,16 +313,23 @@ class VerdictSerializer(serializers.Serializer):
     text = serializers.CharField()
 
 
-class BacktestSerializer(serializers.Serializer):
-    origins = BacktestOriginSerializer(many=True)
+class BacktestModelSerializer(serializers.Serializer):
+    """The scores of a set of backtest origins (one model, or all together) and which won."""
+
     fill_rate = serializers.FloatField()
     mean_stock = serializers.FloatField()
     stockout_windows = serializers.IntegerField()
     target_fill_rate = serializers.FloatField()
-    lead_days = serializers.IntegerField()
-    method = serializers.CharField()
     rules = serializers.DictField(child=RuleScoreSerializer())
     uncalibrated = RuleScoreSerializer(help_text="The forecast's own stock, before calibration")
+    verdict = VerdictSerializer()
+
+
+class BacktestSerializer(BacktestModelSerializer):
+    origins = BacktestOriginSerializer(many=True)
+    lead_days = serializers.IntegerField()
+    method = serializers.CharField()
     last_scored = serializers.DateField(help_text="The last origin whose lead time lies in the recorded data")
     calibration = serializers.DictField(child=CalibrationSerializer(), help_text="Per model, as of the last origin")
-    verdict = VerdictSerializer()
+    models = serializers.DictField(child=BacktestModelSerializer(), help_text="Per model: its scores and verdict "
+                                   "(the top-level scores and verdict are of all models together)")

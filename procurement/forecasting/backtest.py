@@ -6,10 +6,15 @@ Achieved fill rate is ``sum(min(demand, stock)) / sum(demand)`` over the origins
 each lead-time window that a stock of that size, on hand at the origin, would have covered.
 
 Calibration (``choose``): the recommended stock learns from its own past errors. At each origin, the windows
-already over before it (origin + lead time <= this origin) score candidate sizings: the forecast's stock times a
-scale (``SCALES``) and the fixed rules (``RULES``); the candidate with the least mean stock whose past fill reaches
-the target (plus ``MARGIN``) is used at this origin; the last ``CALIBRATION_MONTHS`` windows count. With fewer
-than ``MIN_SCORED`` scored windows the forecast is used as it is. Nothing after the origin is read: the windows scored end before it.
+already over before it (origin + lead time <= this origin; the last ``CALIBRATION_MONTHS``) score candidate
+sizings: the forecast's stock times a scale (``SCALES``) and the fixed rules (``RULES``). A fixed rule qualifies
+when its past fill reaches the target, a sizing of the forecast when it reaches the target plus ``MARGIN``; the
+qualifying candidate with the least mean stock is used at this origin, so a rule that met the target with less
+stock on the history so far is never undercut by a dearer sizing. With none qualifying, the least stock that
+reaches the target, else the highest fill. With fewer than ``MIN_SCORED`` scored windows in which GPUs were in
+service the forecast is used as it is. While the forecast raises an alert (a rate change no past window shows)
+the stock is never below the forecast's own (``sized``). Nothing after the origin is read: the windows scored end
+before it.
 """
 
 from __future__ import annotations
@@ -26,8 +31,9 @@ from procurement.forecasting.engine import ADAPTIVE, History, Method, cell_stats
 RULES = (1, 2, 3, 4, 5)  # percent of the installed base
 EPOCH = dt.date(1970, 1, 1)
 SCALES = (1.0, 1.1, 1.25, 1.5)  # of the forecast's stock (never below it: see docs/procurement.md)
-MIN_SCORED = 12  # scored windows before calibration starts
-MARGIN = 0.03  # over the target: the past fill a candidate needs (the next windows are not the past ones)
+MIN_SCORED = 12  # scored windows with GPUs in service at their origin before calibration starts
+MARGIN = 0.03  # over the target: the past fill a sizing of the forecast needs (the next windows are not the past
+# ones); a fixed rule needs the target only, so the policy is never dearer than a rule that met it
 CALIBRATION_MONTHS = 24  # calibration learns from the last 24 windows over (monthly origins)
 
 
@@ -71,7 +77,7 @@ class Choice:
     name: str  # "forecast", "forecast x 0.8", "3% rule"
     kind: str  # forecast | rule
     value: float  # the scale or the percent
-    scored: int  # windows scored
+    scored: int  # windows scored in which GPUs were in service at the origin
     fill: float | None = None  # the chosen candidate's past fill and mean stock
     stock: float | None = None
     base_fill: float | None = None  # the forecast's own (scale 1)
@@ -98,10 +104,13 @@ def _candidates() -> list[Choice]:
 
 
 def choose(base: np.ndarray, installed: np.ndarray, demand: np.ndarray, *, target: float) -> Choice:
-    """The sizing with the least mean stock whose fill over the scored windows (``base``: the forecast's stock,
-    ``installed``, ``demand``: per window, all over before the origin) reaches ``target + MARGIN``; else the one
-    with the highest fill. The forecast as it is with fewer than ``MIN_SCORED`` windows or no demand yet."""
-    n = len(base)
+    """The sizing calibration uses, from the scored windows (``base``: the forecast's stock, ``installed``,
+    ``demand``: per window, all over before the origin): the least mean stock among the fixed rules whose fill
+    reached ``target`` and the sizings of the forecast whose fill reached ``target + MARGIN``; with none, the least
+    stock that reached ``target``; else the highest fill. The forecast as it is with fewer than ``MIN_SCORED``
+    windows in which GPUs were in service (a window before the first one is no evidence about sizing), or with no
+    demand yet."""
+    n = int((installed > 0).sum())
     if n < MIN_SCORED or demand.sum() <= 0:
         return Choice("forecast", "forecast", 1.0, n)
     scored = []
@@ -109,9 +118,14 @@ def choose(base: np.ndarray, installed: np.ndarray, demand: np.ndarray, *, targe
         stock = np.array([c.apply(b, i) for b, i in zip(base, installed, strict=True)], float)
         scored.append((c, score(stock, demand)))
     own = next(sc for c, sc in scored if c.kind == "forecast" and c.value == 1.0)
-    ok = [(c, sc) for c, sc in scored if sc.fill_rate >= target + MARGIN - 1e-12]
+    need = {"rule": target, "forecast": target + MARGIN}
+    cheapest = lambda x: (x[1].mean_stock, x[0].kind != "forecast", abs(x[0].value - 1))  # noqa: E731
+    ok = [(c, sc) for c, sc in scored if sc.fill_rate >= need[c.kind] - 1e-12]
+    reached = [(c, sc) for c, sc in scored if sc.fill_rate >= target - 1e-12]
     if ok:
-        best, sc = min(ok, key=lambda x: (x[1].mean_stock, x[0].kind != "forecast", abs(x[0].value - 1)))
+        best, sc = min(ok, key=cheapest)
+    elif reached:  # only sizings of the forecast between the target and the margin
+        best, sc = min(reached, key=cheapest)
     else:  # nothing reached it: the highest fill (tried: the largest scale of the forecast; demo 12.3, bench 0.948)
         best, sc = max(scored, key=lambda x: (x[1].fill_rate, -x[1].mean_stock))
     return Choice(best.name, best.kind, best.value, n, sc.fill_rate, sc.mean_stock, own.fill_rate,
@@ -122,10 +136,7 @@ def sized(choice: Choice, base: int | float, installed: int | float, alert: bool
     """The stock ``choice`` gives at an origin; while the forecast raises an alert (a rate change no past window
     shows) never less than the forecast's own."""
     stock = choice.apply(base, installed)
-    return max(stock, math.ceil(base)) if alert and GUARD else stock
-
-
-GUARD = False  # tried: holding the forecast's stock while it alerts cost stock and no fill (docs/procurement.md)
+    return max(stock, math.ceil(base - 1e-9)) if alert else stock
 
 
 def calibrated(base: np.ndarray, installed: np.ndarray, demand: np.ndarray, days: np.ndarray, *, lead_days: int,

@@ -316,13 +316,15 @@ def forecast_compute(*, as_of: dt.date | None = None, method: str = "adaptive", 
             if mask.any():
                 scopes.append((ScopeKind.POOL, None, pool, mask, float(pool.target_fill_rate)))
         scopes.append((ScopeKind.MODEL, None, None, of_model, target_fill_rate()))
-        # The model's calibration sizes its fleet row (a rule is applied as it is there); every site and pool row
-        # takes the same factor over its own forecast, so the scopes stay in proportion (a pool is not held to a
-        # rule sized for the whole fleet's variance).
+        # The model's calibration sizes its fleet row (a rule is applied as it is there; never below the forecast
+        # while it alerts, as in the backtest); every site and pool row takes the same factor over its own
+        # forecast, so the scopes stay in proportion (a pool is not held to a rule sized for the whole fleet's
+        # variance).
         fleet_f = scope_forecast(stats, of_model, target=target_fill_rate(), method=m,
                                  infant_rate=infant.get(model_id, {}).get("rate"),
                                  infant_weight=infant.get(model_id, {}).get("k", 1.0))
-        fleet_rec = choice.apply(fleet_f.recommended, fleet_f.installed) if fleet_f.installed else fleet_f.recommended
+        fleet_rec = bt.sized(choice, fleet_f.recommended, fleet_f.installed, bool(fleet_f.alert)) if (
+            fleet_f.installed) else fleet_f.recommended
         factor = fleet_rec / fleet_f.recommended if fleet_f.recommended else 1.0
         for kind, site_id, pool, mask, target in scopes:
             f = fleet_f if kind == ScopeKind.MODEL else scope_forecast(
@@ -436,20 +438,29 @@ def backtest_run(*, date_from: dt.date, date_to: dt.date, lead_days: int = DEFAU
                 "without": {"fill_rate": round(own.policy.fill_rate, 4), "mean_stock": round(own.policy.mean_stock, 2)}})
         results.append(result)
         all_rows.extend(result.origins)
-    stock = np.array([r["recommended"] for r in all_rows], float)
-    demand = np.array([r["demand"] for r in all_rows], float)
-    policy = bt.score(stock, demand)
-    uncalibrated = bt.score(np.array([r["forecast"] for r in all_rows], float), demand)
-    rules = {}
-    for k in bt.RULES:
-        rules[f"{k}%"] = bt.score(np.array([r["rules"][f"{k}%"] for r in all_rows], float), demand).as_dict()
-    out = {"origins": all_rows, "fill_rate": round(policy.fill_rate, 4), "mean_stock": round(policy.mean_stock, 2),
-           "stockout_windows": policy.stockout_windows, "target_fill_rate": target, "lead_days": lead_days,
-           "method": method, "rules": rules, "uncalibrated": uncalibrated.as_dict(), "last_scored": last.isoformat(),
+    out = {"origins": all_rows, **_scores(all_rows, target), "lead_days": lead_days, "method": method,
+           "last_scored": last.isoformat(),
            "calibration": {r.origins[0]["model"]: r.choice.as_dict() for r in results if r.origins},
            "infant": infant_effect}
-    out["verdict"] = verdict(out)
+    # Calibration sizes each model on its own history: the page says which won for each model too.
+    out["models"] = {name: _scores([r for r in all_rows if r["model"] == name], target)
+                     for name in sorted({r["model"] for r in all_rows})}
     return out
+
+
+def _scores(rows: list[dict[str, Any]], target: float) -> dict[str, Any]:
+    """Fill rate, mean stock and stock-out windows of the policy, of the forecast before calibration and of every
+    fixed rule over ``rows`` (backtest origins), and the verdict (worded from the unrounded figures)."""
+    demand = np.array([r["demand"] for r in rows], float)
+    policy = bt.score(np.array([r["recommended"] for r in rows], float), demand)
+    uncalibrated = bt.score(np.array([r["forecast"] for r in rows], float), demand)
+    rules = {f"{k}%": bt.score(np.array([r["rules"][f"{k}%"] for r in rows], float), demand) for k in bt.RULES}
+    exact = {"fill_rate": policy.fill_rate, "mean_stock": policy.mean_stock, "target_fill_rate": target,
+             "rules": {k: {"fill_rate": r.fill_rate, "mean_stock": r.mean_stock} for k, r in rules.items()}}
+    return {"fill_rate": round(policy.fill_rate, 4), "mean_stock": round(policy.mean_stock, 2),
+            "stockout_windows": policy.stockout_windows, "target_fill_rate": target,
+            "rules": {k: r.as_dict() for k, r in rules.items()}, "uncalibrated": uncalibrated.as_dict(),
+            "verdict": verdict(exact)}
 
 
 def verdict(result: dict[str, Any]) -> dict[str, Any]:
@@ -457,15 +468,15 @@ def verdict(result: dict[str, Any]) -> dict[str, Any]:
     by how much), and whether the policy reached the target at all."""
     target = result["target_fill_rate"]
     reached = result["fill_rate"] >= target
-    beaten = [(k, r) for k, r in result["rules"].items()
-              if r["fill_rate"] >= target and r["mean_stock"] < result["mean_stock"]]
-    cheapest = min((r["mean_stock"], k) for k, r in result["rules"].items() if r["fill_rate"] >= target) if any(
-        r["fill_rate"] >= target for r in result["rules"].values()) else None
+    beaten = bt.dominated_by(result)
+    reaching = [(r["mean_stock"], k) for k, r in result["rules"].items() if r["fill_rate"] >= target]
+    cheapest = min(reaching) if reaching else None
     if beaten:
-        k, r = min(beaten, key=lambda x: x[1]["mean_stock"])
+        k = min(beaten, key=lambda name: result["rules"][name]["mean_stock"])
+        r = result["rules"][k]
         text = (f"The {k} rule won: fill {r['fill_rate']:.3f} with mean stock {r['mean_stock']:.1f}, "
                 f"{result['mean_stock'] - r['mean_stock']:.1f} less than the policy's {result['mean_stock']:.1f} "
-                f"(fill {result['fill_rate']:.3f}).")
+                f"(fill {result['fill_rate']:.3f}{'' if reached else f', short of the target {target}'}).")
         winner = f"{k} rule"
     elif reached:
         saving = f", {cheapest[0] - result['mean_stock']:.1f} less mean stock than the {cheapest[1]} rule, the " \

@@ -150,7 +150,7 @@ def forecast_recompute(request: HtmxHttpRequest) -> HttpResponse:
 
 def _backtest(*, date_from: dt.date, date_to: dt.date, lead_days: int = 90) -> dict[str, Any]:
     """A backtest of every model (cached for an hour per window: it reads all history)."""
-    key = f"procurement:backtest:v2:{date_from.isoformat()}:{date_to.isoformat()}:{lead_days}"
+    key = f"procurement:backtest:v3:{date_from.isoformat()}:{date_to.isoformat()}:{lead_days}"
     result = cache.get(key)
     if result is None:
         result = backtest_run(date_from=date_from, date_to=date_to, lead_days=lead_days)
@@ -173,12 +173,12 @@ def backtest(request: HtmxHttpRequest) -> HttpResponse:
         result = _backtest(date_from=data["date_from"], date_to=data["date_to"], lead_days=data["lead_days"])
         for model in sorted({o["model"] for o in result["origins"]}):
             rows = [o for o in result["origins"] if o["model"] == model]
-            charts.append(line_chart([o["as_of"][:7] for o in rows], [
+            charts.append((model, result["models"][model], line_chart([o["as_of"][:7] for o in rows], [
                 Series("demand in the lead time", [o["demand"] for o in rows]),
                 Series("policy stock (calibrated)", [o["recommended"] for o in rows], step=True),
                 Series("forecast before calibration", [o["forecast"] for o in rows], step=True, dashed=True),
                 *[Series(f"{k} % rule", [o["rules"][f"{k}%"] for o in rows], dashed=True) for k in bt.RULES],
-            ], title=f"{model}: backtest, {len(rows)} monthly origins, {result['lead_days']}-day lead time"))
+            ], title=f"{model}: backtest, {len(rows)} monthly origins, {result['lead_days']}-day lead time")))
     return render_page(request, "procurement/backtest.html", "backtest-body", {
         "result": result, "charts": charts, "form": form, "last_scored": last, "data_end": end})
 

@@ -78,6 +78,18 @@ def test_policy_level_runs_hours_tests_and_checks():
     assert policy.required_tests == ["Targeted Stress"]
 
 
+def test_the_fleet_default_policy_applies_to_a_model_without_its_own():
+    """A policy row without a model is the fleet default (it used to be dropped: SQL's IN never matches NULL)."""
+    gpu = in_burn_in(1)[0]
+    BurnInPolicy.objects.create(gpu_model=None, min_level=3, required_runs=1, min_hours=0)
+    pass_run([gpu], level=2)
+    assert evaluate(fresh(gpu)).reasons == ["0 of 1 passing level 3+ diagnostic run(s) since burn-in started"]
+    pass_run([gpu], level=3)
+    assert evaluate(fresh(gpu)).met
+    BurnInPolicy.objects.create(gpu_model=gpu.model, min_level=4, required_runs=1, min_hours=0)
+    assert not evaluate(fresh(gpu)).met  # the model's own policy wins over the default
+
+
 def test_required_test_skipped_is_not_a_pass():
     gpu = in_burn_in(1)[0]
     BurnInPolicy.objects.create(gpu_model=gpu.model, min_level=3, required_runs=1, min_hours=0,
@@ -171,3 +183,18 @@ def test_background_bulk_job_chunk_reports_the_gated_gpus():
         actor=SYSTEM)
     assert [e["gpu"] for e in errors] == [gpus[1].pk]
     assert fresh(gpus[0]).state == "in_service" and fresh(gpus[1]).state == "burn_in"
+
+
+def test_a_group_above_the_bulk_limit_is_queued_as_a_job_not_reported_as_moved(settings):
+    """Above ``FLEET_BULK_SYNC_LIMIT`` the group goes to a background job: the answer names the job and the GPUs
+    it will move, and claims none moved (they have not, yet)."""
+    from fleet.models import Job
+
+    settings.FLEET_BULK_SYNC_LIMIT = 2
+    gpus = [factories.gpu(state="received") for _ in range(3)]
+    result = services.burn_in_start(gpus=gpus, actor=SYSTEM)
+    assert result.moved == [] and sorted(result.queued) == sorted(g.pk for g in gpus)
+    assert Job.objects.filter(pk=result.job).exists()
+    assert all(fresh(g).state == "received" for g in gpus)  # the job's workers move them, not this call
+    small = services.burn_in_start(gpus=[factories.gpu(state="received")], actor=SYSTEM)
+    assert len(small.moved) == 1 and small.job is None and small.queued == []

@@ -96,6 +96,34 @@ def test_runtime_error_run_is_incomplete_and_mismatched_serials_refused(api, hos
     assert "killed by signal 9" in response.json()["runtime_error"]
 
 
+def test_real_dcgm4_documents_placed_by_slot_and_a_config_failure_fails_burn_in(api):
+    """Real DCGM 4.5.2 output (GB10, one GPU, no serial): placed by the host's slot; DCGM's own ``Fail`` of the
+    ``software`` test (persistence mode) is a failed run, and a GPU in burn-in moves to ``burn_in_failed``."""
+    server = factories.server(hostname="spark-043a")
+    gpu = factories.gpu(server, state="burn_in")
+    client = api("operator")
+    response = client.post("/api/v1/acceptance/diag-runs/", {
+        "document": fixture("dcgm4.5.2-glimmer-gb10-level2-plugins-allowed.json"), "host": "spark-043a"},
+        format="json")
+    assert response.status_code == 201, response.json()
+    body = response.json()
+    assert (body["dcgm_version"], body["driver_version"], body["level"], body["level_inferred"]) == (
+        "4.5.2", "580.82.09", 2, True)
+    row = body["gpus"][0]
+    assert (row["gpu"], row["placed_by"], row["verdict"]) == (gpu.pk, "host_index", "fail")
+    assert row["reasons"][0].startswith("software: fail (Persistence Mode: Persistence mode for GPU 0 is disabled")
+    gpu.refresh_from_db()
+    assert gpu.state == "burn_in_failed"
+    assert set(DiagnosticResult.objects.values_list("test", "status")) == {
+        ("software", "fail"), ("memory", "pass"), ("pcie", "pass")}
+    assert DiagnosticResult.objects.get(test="software").error_ids == [29]
+    # The 4.2.3 level-2 run whose memory and pcie tests were skipped is a failure too (software), never a pass.
+    again = client.post("/api/v1/acceptance/diag-runs/", {
+        "document": fixture("dcgm4.2.3-glimmer-gb10-level2-partial-skip.json"), "host": "spark-043a", "level": 2},
+        format="json").json()
+    assert again["gpus"][0]["verdict"] == "fail"
+
+
 def test_upload_on_the_server_page(client, users, host):
     server, gpus = host
     client.force_login(users["operator"])

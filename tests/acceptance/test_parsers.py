@@ -1,4 +1,4 @@
-"""``dcgmi diag -j`` documents of DCGM 3.x and 4.x, real and schema-built (tests/fixtures/SOURCES.md)."""
+"""``dcgmi diag -j`` documents of DCGM 3.x and 4.x, real and schema-built (tests/fixtures/dcgm-diag/SOURCES.md)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,77 @@ import pytest
 
 from acceptance.parsers import DiagParseError, infer_level, name_key, parse_diag, status_of
 from tests.acceptance.helpers import fixture
+
+# Every whole document captured from a real dcgmi (sources in tests/fixtures/dcgm-diag/SOURCES.md), with what a
+# person reads in it: DCGM version, GPUs, tests, per-GPU results, and the results by status word.
+REAL_DOCUMENTS = {
+    "dcgm3-virtualclient-r2.json": ("", 1, 11, 11, {"pass": 11}),
+    "dcgm3-virtualclient-r3-skip.json": ("", 1, 16, 16, {"pass": 15, "skip": 1}),
+    "dcgm3-virtualclient-failed-malformed.json": ("", 1, 11, 11, {"pass": 10, "fail": 1}),
+    "dcgm3.1.0-nvidia-jsonresult-8gpu.txt": ("3.1.0", 8, 10, 80, {"pass": 80}),
+    "dcgm4.2.3-glimmer-gb10-level1.json": ("4.2.3", 1, 1, 1, {"fail": 1}),
+    "dcgm4.2.3-glimmer-gb10-level2-partial-skip.json": ("4.2.3", 1, 3, 3, {"fail": 1, "skip": 2}),
+    "dcgm4.5.2-glimmer-gb10-level2-plugins-gated.json": ("4.5.2", 1, 3, 3, {"fail": 1, "skip": 2}),
+    "dcgm4.5.2-glimmer-gb10-level2-plugins-allowed.json": ("4.5.2", 1, 3, 3, {"fail": 1, "pass": 2}),
+}
+
+
+def plain_reading(text: str) -> tuple[str, int, int, int, dict[str, int]]:
+    """The same numbers read with nothing but ``json``: not through the parser under test."""
+    data = json.loads(text[text.index("{"):])  # 3.1.0 prints a banner line first
+    root = data.get("DCGM Diagnostic", data.get("DCGM GPU Diagnostic"))
+    categories = root if isinstance(root, list) else root["test_categories"]
+    tests = [t for c in categories for t in c["tests"] if t is not None]
+    results = [r for t in tests for r in t["results"]]
+    gpus: set[int] = set()
+    statuses: dict[str, int] = {}
+    count = 0
+    for r in results:
+        if "entity_id" in r:  # 4.x: one result per entity
+            ids = [r["entity_id"]]
+        elif "gpu_ids" in r:  # 3.x: "0,1,2" or an integer
+            ids = [int(i) for i in str(r["gpu_ids"]).split(",")]
+        else:  # 3.x Deployment checks without ids: one result for the whole run
+            ids = []
+        gpus.update(ids)
+        count += max(len(ids), 1)
+        statuses[r["status"].lower()] = statuses.get(r["status"].lower(), 0) + max(len(ids), 1)
+    for group in data.get("entity_groups", []):
+        gpus.update(e["entity_id"] for e in group["entities"] if group["entity_group"] == "GPU")
+    version = data.get("metadata", {}).get("version") or (root.get("version", "") if isinstance(root, dict) else "")
+    return version, len(gpus), len(tests), count, statuses
+
+
+@pytest.mark.parametrize("name", sorted(REAL_DOCUMENTS))
+def test_every_real_document_parses_to_what_it_says(name):
+    text = fixture(name)
+    assert plain_reading(text) == REAL_DOCUMENTS[name]  # the table above agrees with the file
+    doc = parse_diag(text)
+    version, gpus, tests, results, statuses = REAL_DOCUMENTS[name]
+    assert doc.dcgm_version == version and doc.major == (int(version[0]) if version else 3)
+    assert len(doc.gpu_ids) == gpus and len(doc.tests) == tests
+    assert sum(len(t.results) for t in doc.tests) == results
+    parsed: dict[str, int] = {}
+    for t in doc.tests:
+        for r in t.results:
+            parsed[r.status] = parsed.get(r.status, 0) + 1
+    assert parsed == statuses
+    assert doc.raw == json.loads(text[text.index("{"):])  # kept whole, verbatim
+
+
+def test_real_dcgm4_gb10_config_failure_skips_and_not_supported_serial():
+    level1 = parse_diag(fixture("dcgm4.2.3-glimmer-gb10-level1.json"))
+    assert (level1.driver_version, level1.gpu_ids, level1.serials) == ("580.82.09", [0], {})  # <<<NOT_SUPPORTED>>>
+    software = level1.tests[0].results[0]
+    assert (software.status, software.error_ids) == ("fail", [29]) and "Persistence mode" in software.messages[0]
+    assert software.raw["warnings"][0]["error_severity"] == 5  # kept for a reader; the run still failed
+    gated = parse_diag(fixture("dcgm4.5.2-glimmer-gb10-level2-plugins-gated.json"))
+    allowed = parse_diag(fixture("dcgm4.5.2-glimmer-gb10-level2-plugins-allowed.json"))
+    assert by_test(gated)["memory"] == by_test(gated)["pcie"] == [(0, "skip")]
+    assert infer_level(gated) == 1  # level 2 was asked for, but no level-2 test ran
+    assert by_test(allowed)["memory"] == by_test(allowed)["pcie"] == [(0, "pass")]
+    assert infer_level(allowed) == 2
+    assert allowed.tests[0].raw["test_summary"]["warnings"][0]["error_id"] == 29  # 4.5.2's summary, verbatim
 
 
 def by_test(doc):

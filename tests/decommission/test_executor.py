@@ -19,7 +19,7 @@ from decommission.services.agent import agent_results_submit, agent_script, agen
 from inventory.services import record_update
 from tests.decommission.decom_factories import server_with_gpus
 from tests.decommission.tool_outputs import agent_results
-from world.bmc.testing import running_simulator
+from world.bmc.testing import SimulatorControl, running_simulator
 
 pytestmark = pytest.mark.django_db
 
@@ -41,6 +41,11 @@ def _post(server, bmc, path, body):
                                                          "Authorization": "Basic ZmxlZXQ6ZmxlZXQ="})
     with urllib.request.urlopen(req, timeout=5) as resp:  # noqa: S310 - the test's own simulator
         return json.loads(resp.read() or b"{}")
+
+
+def _device(server, bmc, **settings):
+    """Device faults and behaviour of one BMC's decommission plugin, set through the simulator's control API."""
+    return SimulatorControl(server.url).request("POST", f"bmcs/{bmc}/decommission", settings)
 
 
 def _snap(server, bmc):
@@ -129,7 +134,7 @@ def test_device_failure_retries_then_escalates(sim, users):
     r = _request(users, sim)
     asset = r.assets.get()
     drive = Medium.objects.filter(asset=asset, media_type="nvme").order_by("serial").first()
-    _post(sim, "bmc-0001", "Oem/FleetSim/Decommission", {"fail": {drive.target_uri.removeprefix("/redfish/v1/"): 3}})
+    _device(sim, "bmc-0001", fail={drive.target_uri.removeprefix("/redfish/v1/"): 3})
     _agent(asset)
     _run_until_idle(rounds=8)
     drive.refresh_from_db()

@@ -16,7 +16,7 @@ from django.utils import timezone
 from decommission.executor import run_due
 from decommission.models import Asset, MediaState, Medium
 from fleet.redfish import sessions_clear
-from tests.decommission.test_executor import _agent, _post, _request, _snap
+from tests.decommission.test_executor import _agent, _device, _post, _request, _snap
 from world.bmc.testing import running_simulator
 
 pytestmark = pytest.mark.django_db
@@ -100,7 +100,7 @@ def _purged_after_first_pass(sim):
     """Tasks that run 0.2 s: the first pass starts them; then wait until the BMC has purged every one (the
     control API's reading settles them), so the next poll meets a 404 whatever the machine's speed."""
     _control(sim, "config", {"purge_tasks_after": 0.001})
-    _post(sim, "bmc-0001", "Oem/FleetSim/Decommission", {"erase_seconds": 0.2})
+    _device(sim, "bmc-0001", erase_seconds=0.2)
     _passes(1)
     assert Medium.objects.filter(media_type="nvme", state=MediaState.RUNNING).exists()
     _until(lambda: all(_snap(sim, "bmc-0001")["drives_erased"].values()) and not _bmc(sim)["tasks"])
@@ -129,7 +129,7 @@ def test_a_purged_task_is_settled_from_the_event_log_and_sent_once(sim, users):
 
 
 def test_no_event_log_and_a_purged_task_is_unknown_then_held_never_resent(sim, users, client):
-    _post(sim, "bmc-0001", "Oem/FleetSim/Decommission", {"event_log": False})
+    _device(sim, "bmc-0001", event_log=False)
     r = _request(users, sim)
     asset = r.assets.get()
     _purged_after_first_pass(sim)
@@ -238,7 +238,7 @@ def test_a_definite_refusal_holds_the_asset_and_is_no_device_failure(sim, users)
 
 
 def test_a_person_resumes_a_held_asset_with_a_decision_recorded_in_its_chain(sim, users, client):
-    _post(sim, "bmc-0001", "Oem/FleetSim/Decommission", {"event_log": False})
+    _device(sim, "bmc-0001", event_log=False)
     r = _request(users, sim)
     asset = r.assets.get()
     _agent(asset)

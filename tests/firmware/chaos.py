@@ -195,6 +195,51 @@ def tick_until_settled(rollouts: list[Rollout], timeout: float, during=None) -> 
                          f"{states} {sample} {steps}")
 
 
+def settle_with_a_person(sim, rollouts: list[Rollout], person, timeout: float, during=None) -> list[Rollout]:
+    """``tick_until_settled``, with a person on call: a target held on an unanswered request (the BMC's standard
+    evidence could not tell whether it landed: ``firmware.services.held``) is checked the way a person checks
+    the BMC (here its counters, through the simulator's control API), the finding is recorded with
+    ``rollout_target_resolve``, the rollout resumed, and its exceptions retried at the end. Never sends anything
+    itself; a rollout paused for any other reason is returned as it is."""
+    from firmware.services import held
+    from firmware.services import rollout as services
+
+    deadline = time.monotonic() + timeout
+    while True:
+        rollouts = tick_until_settled(rollouts, max(1.0, deadline - time.monotonic()), during)
+        acted = False
+        for rollout in rollouts:
+            targets = list(RolloutTarget.objects.filter(rollout=rollout).select_related("server"))
+            found = held.held_steps(targets)
+            for entry in found.values():
+                bmc = entry.target.server.bmc_address.rstrip("/").rsplit("/", 1)[-1]
+                processed = sim.control.counters()["bmcs"].get(bmc, {}).get("processed", {})
+                path = {"update": UPDATE, "activate": ACTIVATE}.get(entry.step.kind)
+                assert path is not None, f"a person cannot check a held {entry.step.kind}: {entry.evidence}"
+                landed = processed.get(path, 0) >= 1 or processed.get(MULTIPART, 0) >= 1 and entry.step.kind == "update"
+                held.rollout_target_resolve(target=entry.target, actor=person, landed=landed,
+                                            note=f"the BMC processed {path}: {landed}")
+                acted = True
+            if rollout.state == RolloutState.PAUSED and found:
+                services.rollout_resume(rollout=rollout, actor=person, reason="held targets checked")
+                acted = True
+            elif rollout.state == RolloutState.COMPLETED_WITH_EXCEPTIONS and (found or held_resolved(rollout)):
+                services.rollout_retry_exceptions(rollout=rollout, actor=person)
+                acted = True
+        for rollout in rollouts:
+            rollout.refresh_from_db()
+        if not acted or time.monotonic() >= deadline:
+            return rollouts
+
+
+def held_resolved(rollout: Rollout) -> bool:
+    """Failed targets whose held step a person resolved and that were not retried since."""
+    from firmware.services.engine.side_effects import FOUND, NOT_SENT
+
+    return TargetStep.objects.filter(target__rollout=rollout, target__state=TargetState.FAILED,
+                                     outcome__in=(FOUND, NOT_SENT), messages__icontains="checked by").exists()
+
+
 def duplicates(counters: dict) -> dict[str, list[tuple[str, str, int]]]:
     """Every (bmc, request path) the BMCs PROCESSED more than once, by kind: update requests (one path for every
     component: see ``/_sim/stats``' ``duplicate_updates`` for bundles), resets (per manager, system, chassis),
@@ -220,6 +265,7 @@ def assert_at_most_once(sim, rollouts: list[Rollout], servers=None) -> dict:
     target visible with its class and reason, and each rollout in a state the rules allow."""
     counters = sim.control.counters()
     dup = duplicates(counters)
+    assert not dup.get("activate"), f"duplicate activations: {dup['activate']}"
     # an update is one (BMC, component, version): a bundle sends one SimpleUpdate per item to the same path
     updates = sim.control.stats()["duplicate_updates"]
     assert not updates, f"duplicate update requests: {updates}"
@@ -264,11 +310,13 @@ def wait_for(condition, timeout: float, what: str, every=None):
     raise AssertionError(f"not within {timeout}s: {what() if callable(what) else what}")
 
 
-def workers_waiting_on_locks() -> list[str]:
-    """application_name of worker sessions waiting on a row lock right now."""
+def workers_waiting_on_locks(advisory_only: bool = False) -> list[str]:
+    """application_name of worker sessions waiting on a lock right now (``advisory_only``: an advisory lock, such
+    as a site's activation lock; a row lock two steps meet for a moment is not one)."""
+    kind = " AND wait_event = 'advisory'" if advisory_only else ""
     with connection.cursor() as cursor:
         cursor.execute("SELECT application_name FROM pg_stat_activity WHERE application_name LIKE 'chaos-%%' "
-                       "AND wait_event_type = 'Lock'")
+                       f"AND wait_event_type = 'Lock'{kind}")
         return [row[0] for row in cursor.fetchall()]
 
 

@@ -141,3 +141,58 @@ def test_a_target_failed_after_activation_keeps_its_slot_when_retried_until_it_v
         RolloutTarget.objects.filter(pk__in=[activated.pk, never.pk]).update(state=state)
         busy = set(RolloutTarget.objects.filter(unavailable()).values_list("pk", flat=True))
         assert (activated.pk in busy, never.pk in busy) == (first, second), state
+
+
+ACTIVATE = "POST /redfish/v1/UpdateService/Actions/UpdateService.Activate"
+
+
+@pytest.mark.parametrize("landed", [True, False], ids=["it-landed", "it-did-not-land"])
+def test_an_unanswered_activate_is_held_and_a_person_records_what_the_bmc_showed(users, drive, settings, client,
+                                                                                   landed):
+    """Activate leaves no standard trace before the reset (the staged state is not exposed): its lost answer is
+    UNKNOWN twice, then the target is held for a person, never sent again by the engine. The person records what
+    they found on the BMC (a note is required); retried, the target goes on from the Activate that landed, or sends
+    the one that did not land exactly once more."""
+    settings.FLEET_BMC_UNKNOWN_SETTLE_FACTOR = 0.5
+    when = "after" if landed else "before"  # processed with its answer lost, or never processed
+    with running_simulator(bmcs=1, task_seconds=0, bmc_reset_seconds=0.1, faults=[
+            {"kind": "timeout", "when": when, "method": "POST", "rate": 1.0, "seconds": 3,
+             "path": "/redfish/v1/UpdateService/Actions/UpdateService.Activate"}]) as sim:
+        rollout = _start(sim, users, 1, canary=False, waves=[100])
+        rollout = drive(rollout, _settled, timeout=60)
+        assert rollout.state == RolloutState.PAUSED, rollout.state
+        target = RolloutTarget.objects.get(rollout=rollout)
+        assert (target.state, target.error_class) == (TargetState.FAILED, ErrorClass.INCONCLUSIVE)
+        assert "held for a person" in target.last_error and "Activate leaves no standard trace" in target.last_error
+        from fleet.metrics import DataCollector
+
+        gauge = next(m for m in DataCollector().collect() if m.name == "fleet_rollout_targets_held")
+        assert [s.value for s in gauge.samples] == [1]
+        counters = sim.sim.stats.counters_json()["bmcs"]["bmc-0001"]
+        assert counters["received"][ACTIVATE] == 1 and counters["processed"].get(ACTIVATE, 0) == (1 if landed else 0)
+
+        # the page shows it with the evidence and the two answers (an operator)
+        client.force_login(users["operator"])
+        page = client.get(f"/firmware/rollouts/{rollout.pk}/").content.decode()
+        assert 'id="held"' in page and f"resolve-landed-{target.pk}" in page and "Activate leaves no" in page
+        api = f"/api/v1/rollouts/{rollout.pk}/targets/{target.pk}/resolve/"
+        assert client.post(api, {"landed": landed}, content_type="application/json").status_code == 400  # no note
+        sim.sim.configure({"faults": []})  # the person also mended what dropped the answers
+        answer = client.post(api, {"landed": landed, "note": "checked the BMC's audit log"},
+                             content_type="application/json")
+        assert answer.status_code == 200, answer.content
+        assert client.post(api, {"landed": landed, "note": "again"}, content_type="application/json").status_code == 409
+        client.force_login(users["viewer"])
+        assert client.post(api, {"landed": landed, "note": "x"}, content_type="application/json").status_code == 403
+
+        rollout = svc.rollout_resume(rollout=rollout, actor=users["operator"])
+        rollout = drive(rollout, _settled, timeout=30)
+        assert rollout.state == RolloutState.COMPLETED_WITH_EXCEPTIONS, rollout.state
+        rollout = svc.rollout_retry_exceptions(rollout=rollout, actor=users["operator"])
+        rollout = drive(rollout, _settled, timeout=60)
+        assert rollout.state == RolloutState.COMPLETED, (rollout.state, rollout.pause_reason)
+        counters = sim.sim.stats.counters_json()["bmcs"]["bmc-0001"]
+        assert counters["processed"][ACTIVATE] == 1  # once in all: the landed one, or the one sent after the check
+        assert counters["received"][ACTIVATE] == (1 if landed else 2)
+        step = TargetStep.objects.get(kind="activate")
+        assert any("checked by operator-user" in m for m in step.messages), step.messages

@@ -45,6 +45,13 @@ class Bmc:
         return requests.get(self.control, timeout=5).json()["components"][component]["pending"]
 
 
+def configure(server, **changes):
+    """Configuration through the control API, as a test in another process would set it."""
+    reply = requests.post(f"{server.url}/_sim/config", json=changes, timeout=5)
+    assert reply.status_code == 200, reply.text
+    return reply.json()
+
+
 @pytest.fixture
 def clock():
     return ManualClock()
@@ -138,8 +145,8 @@ def test_simple_update_runs_a_task_and_the_version_changes_only_after_the_right_
 def test_bios_activates_on_host_reboot_and_bmc_firmware_on_a_bmc_reset_that_takes_the_bmc_away(server, clock):
     bmc = Bmc(server)
     assert bmc.update("http://img/bios.bin?version=2.8", [f"{INV}/BIOS"]).status_code == 202
-    assert bmc.update("http://img/BMC_01.05.00.bin", [f"{INV}/BMC"], Oem={"FleetSim": {"Version": "01.05.00"}}
-                      ).status_code == 202
+    configure(server, images={"http://img/BMC_01.05.00.bin": "01.05.00"})  # not the file name's "BMC_01.05.00"
+    assert bmc.update("http://img/BMC_01.05.00.bin", [f"{INV}/BMC"]).status_code == 202
     clock.advance(10)
     assert bmc.post("/redfish/v1/Systems/1/Actions/ComputerSystem.Reset", {"ResetType": "ForceOff"}).status_code == 204
     assert bmc.get("/redfish/v1/Systems/1").json()["PowerState"] == "Off"
@@ -180,9 +187,10 @@ def test_multipart_push_through_the_dmtf_redfish_client(server, clock):
     client = redfish.redfish_client(base_url=server.bmc_url("bmc-0003"), username="u", password="p")
     client.login(auth="basic")
     service = client.get("/redfish/v1/UpdateService").dict
-    params = {"Targets": [], "@Redfish.OperationApplyTime": "Immediate",
-              "Oem": {"FleetSim": {"Versions": {"HGX_FW_NVSwitch_0": "96.10.73.00.01",
-                                                "HGX_FW_NVSwitch_1": "96.10.73.00.01"}}}}
+    # A bundle: the simulator's configuration says which components it carries; no Targets updates those.
+    configure(server, images={"nvfw_HGX_H100x8_250114.fwpkg": {"HGX_FW_NVSwitch_0": "96.10.73.00.01",
+                                                               "HGX_FW_NVSwitch_1": "96.10.73.00.01"}})
+    params = {"Targets": [], "@Redfish.OperationApplyTime": "Immediate"}
     reply = client.post(service["MultipartHttpPushUri"], headers={"Content-Type": "multipart/form-data"}, body={
         "UpdateParameters": (None, json.dumps(params), "application/json"),
         "UpdateFile": ("nvfw_HGX_H100x8_250114.fwpkg", b"\x00fwpkg" * 100, "application/octet-stream")})
@@ -305,11 +313,13 @@ def test_control_api_creates_bmcs_with_versions_and_rejects_bad_config(server):
     assert state["components"]["HGX_FW_GPU_SXM_1"]["activation"] == "chassis_power_cycle"
     assert requests.post(server.url + "/_sim/config", json={"bogus": 1}, timeout=5).status_code == 400
     assert requests.post(server.url + "/_sim/config", json={"faults": [{"kind": "explode"}]}, timeout=5).status_code == 400
+    for images in ({"a.bin": 5}, {"a.bin": {}}, {"a.bin": {"BMC": 1}}, ["a.bin"]):
+        assert requests.post(server.url + "/_sim/config", json={"images": images}, timeout=5).status_code == 400
     assert requests.post(server.url + "/_sim/bmcs", json={"profile": "nope", "count": 1}, timeout=5).status_code == 400
     assert requests.post(server.url + "/_sim/clock/advance", json={"seconds": 1}, timeout=5).status_code == 200
 
 
-def test_thousands_of_bmcs_on_one_port_updated_concurrently():
+def test_thousands_of_bmcs_on_their_own_ports_updated_concurrently():
     with running_simulator(bmcs=2000, task_seconds=0) as server:
         ids = server.sim.bmc_ids()
         assert len(ids) == 2000 and ids[-1] == "bmc-2000"
@@ -338,11 +348,15 @@ def test_standalone_process_can_be_killed_and_restarted_on_the_same_port():
         proc.control.advance(5)
         assert bmc.get(proc.bmc_url("bmc-0001") + reply.headers["Location"], timeout=5).json()["TaskState"] == "Completed"
         assert proc.control.stats()["update_requests"] == 1
+        bmc_url = proc.bmc_url("bmc-0001")
+        assert bmc_url != f"{url}/bmc/bmc-0001" and proc.control.bmc_urls()["bmc-0001"] == bmc_url  # its own port
         proc.kill()
         with pytest.raises(requests.ConnectionError):
             requests.get(url + "/_sim/stats", timeout=2)
         proc.start()
         assert proc.url == url and proc.control.stats()["update_requests"] == 0
+        assert proc.bmc_url("bmc-0001") == bmc_url and bmc.get(bmc_url + "/redfish/v1/Systems/1").status_code == 200
         assert proc.control.create_bmcs(count=1, start=3) == ["bmc-0003"]
+        assert requests.get(proc.bmc_url("bmc-0003") + "/redfish/v1/", timeout=5).status_code == 200
     finally:
         proc.kill()

@@ -1,16 +1,21 @@
 """world/bmc's core for every plugin, over real HTTP through fleet/redfish.py: a plugin's routes, the counters
-of mutating requests, late processing, reboot windows (refused / 503 / 404), task purging, error kinds."""
+of mutating requests, late processing, reboot windows (refused at connect() on each BMC's own port, reset on the
+shared port, 503 / 404), task purging, error kinds."""
 
 import datetime
+import socket
 import threading
 import time
+from urllib.parse import urlsplit
 
 import pytest
+import requests
 
 from fleet.redfish import BmcError, ErrorKind, RedfishSession
 from world.bmc.testing import SimulatorControl, SimulatorProcess, running_simulator
 
 ERASE = "/redfish/v1/Systems/1/Storage/1/Drives/0/Actions/Drive.SecureErase"
+RESET = "/redfish/v1/Systems/1/Actions/ComputerSystem.Reset"
 
 
 def test_a_plugin_route_is_counted_and_its_task_completes():
@@ -146,17 +151,80 @@ def test_a_task_monitor_answers_the_finished_task_once_then_404():
         assert session.get(reply.task_location)["TaskState"] == "Completed"
 
 
-def test_a_rebooting_bmc_resets_the_connection_and_processes_nothing():
+def _port(url):
+    parts = urlsplit(url)
+    return parts.hostname, parts.port
+
+
+def test_a_rebooting_bmc_refuses_connections_on_its_own_port_and_answers_again_after_the_window():
+    """Each BMC listens on its own port; in a refused reboot window that port is closed: the kernel refuses the
+    connection (a POST is INFRA: it never left), an idle keep-alive connection is dropped, nothing is received.
+    Afterwards the same URL answers; another BMC answers throughout."""
     with running_simulator(bmcs=2) as sim:
+        control = SimulatorControl(sim.url)
+        url, other_url = sim.bmc_url("bmc-0001"), sim.bmc_url("bmc-0002")
+        assert len({_port(url), _port(other_url), _port(sim.url)}) == 3
+        assert control.bmc_urls() == {"bmc-0001": url, "bmc-0002": other_url}
+        session = RedfishSession(url, timeout=2)
+        other = RedfishSession(other_url, timeout=2)
+        assert session.get("/redfish/v1/Systems/1")["PowerState"] == "On"  # leaves a keep-alive connection
+        control.reboot("bmc-0001", 1.5, "refused")
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection(_port(url), timeout=2).close()
+        with pytest.raises(BmcError) as down:
+            session.post(RESET, {"ResetType": "ForceRestart"})
+        assert down.value.kind == ErrorKind.INFRA  # refused at connect(): the request never left
+        assert other.get("/redfish/v1/Systems/1")["PowerState"] == "On"  # only that BMC is down
+        counters = control.counters()
+        assert counters["faults"]["refused"] == 1 and "connection_reset" not in counters["faults"]
+        assert "bmc-0001" not in counters["bmcs"]  # nothing received, so nothing processed
+
+        def answers():
+            try:
+                return session.get("/redfish/v1/Systems/1")["PowerState"] == "On"
+            except BmcError as exc:
+                assert exc.kind == ErrorKind.INFRA
+                return False
+
+        wait_for(answers)
+        assert sim.bmc_url("bmc-0001") == url and control.bmc("bmc-0001")["unreachable_for"] == 0
+        assert session.post(RESET, {"ResetType": "ForceRestart"}).status == 204
+        assert other.get("/redfish/v1/Systems/1")["PowerState"] == "On"
+
+
+def _connects(url):
+    try:
+        socket.create_connection(_port(url), timeout=2).close()
+    except ConnectionRefusedError:
+        return False
+    return True
+
+
+def test_a_bmc_reset_answers_then_its_port_refuses_until_it_is_back():
+    with running_simulator(bmcs=1, bmc_reset_seconds=1.0) as sim:
+        url = sim.bmc_url("bmc-0001")
+        session = RedfishSession(url, timeout=2)
+        reset = session.post("/redfish/v1/Managers/1/Actions/Manager.Reset", {"ResetType": "GracefulRestart"})
+        assert reset.status == 204  # the answer arrives, then the BMC goes down
+        assert not _connects(url)
+        wait_for(lambda: _connects(url))
+        assert session.get("/redfish/v1/Managers/1")["Id"] == "1"
+
+
+def test_on_the_shared_port_a_rebooting_bmc_resets_the_connection_and_processes_nothing():
+    """``shared_port`` (``--shared-port``): every BMC on one port, so a refusal cannot fail the connect(); the
+    connection is reset instead, which a client cannot tell from a reset after its send (a POST: ambiguous)."""
+    with running_simulator(bmcs=2, shared_port=True) as sim:
+        assert sim.bmc_url("bmc-0001") == f"{sim.url}/bmc/bmc-0001"
         control = SimulatorControl(sim.url)
         control.reboot("bmc-0001", 30, "refused")
         session = RedfishSession(sim.bmc_url("bmc-0001"), timeout=2)
         with pytest.raises(BmcError) as down:
-            session.post("/redfish/v1/Systems/1/Actions/ComputerSystem.Reset", {"ResetType": "ForceRestart"})
-        assert "reset" in str(down.value).lower()
-        assert down.value.kind == ErrorKind.AMBIGUOUS  # a client cannot tell a reset after its send from a refusal
+            session.post(RESET, {"ResetType": "ForceRestart"})
+        assert "reset" in str(down.value).lower() and down.value.kind == ErrorKind.AMBIGUOUS
         counters = control.counters()
-        assert counters["faults"]["refused"] == 1 and counters["bmcs"]["bmc-0001"]["processed"] == {}
+        assert counters["faults"]["refused"] == 1 and counters["faults"]["connection_reset"] == 1
+        assert counters["bmcs"]["bmc-0001"]["processed"] == {}
         other = RedfishSession(sim.bmc_url("bmc-0002"), timeout=2)
         assert other.get("/redfish/v1/Systems/1")["PowerState"] == "On"  # only that BMC is down
 
@@ -200,3 +268,69 @@ def test_the_command_line_loads_plugins():
         session = RedfishSession(proc.bmc_url("bmc-0001"), timeout=2)
         assert session.post(ERASE, {}).status == 202
         assert proc.control.counters()["bmcs"]["bmc-0001"]["processed"] == {f"POST {ERASE}": 1}
+
+
+# Where Fleet's decommission inventory reads the plugin's resources (decommission/collect.py): standard places
+# below the system, chassis and managers that the core's renderings do not link.
+DECOMMISSION_ENTRY_POINTS = ("/redfish/v1/Systems/1/Storage", "/redfish/v1/Systems/1/LogServices",
+                             "/redfish/v1/Systems/1/Bios", "/redfish/v1/Chassis/1/NetworkAdapters/DPU_0",
+                             "/redfish/v1/Chassis/1/TrustedComponents/TPM_0", "/redfish/v1/Managers/1/LogServices/Log",
+                             "/redfish/v1/Managers/HGX_BMC_0/LogServices/Log")
+
+
+class _TextSession:
+    """GETs for ``_crawl`` that keep each answer's text."""
+
+    def __init__(self, base):
+        self.base, self.texts = base, {}
+        self.http = requests.Session()
+        self.http.auth = ("fleet", "fleet")
+
+    def get(self, path):
+        reply = self.http.get(self.base + path, timeout=5)
+        assert reply.status_code == 200, (path, reply.status_code, reply.text)
+        self.texts[path] = reply.text
+        return reply.json()
+
+
+def test_decommission_plugin_answers_carry_no_simulator_fields_and_its_test_inputs_are_control_routes():
+    """Every answer reachable from the service root and from the plugin's standard entry points, after erases
+    that finished, failed (a device fault set through the control API) and still run: no "FleetSim", no Oem key.
+    The old simulator-only Redfish resource is a standard 404."""
+    with running_simulator(bmcs=1, plugins=["world.bmc.decommission"]) as sim:
+        control = SimulatorControl(sim.url)
+        session = RedfishSession(sim.bmc_url("bmc-0001"), timeout=2)
+        dpu = "/redfish/v1/Chassis/1/NetworkAdapters/DPU_0"
+        assert control.request("POST", "bmcs/bmc-0001/decommission", {
+            "erase_seconds": 0, "fail": {dpu: 1}}) == {
+                "fail": {"Chassis/1/NetworkAdapters/DPU_0": 1}, "erase_seconds": 0.0, "event_log": True}
+        assert session.post(ERASE, {"SanitizationType": "CryptographicErase"}).status == 202
+        failed = session.post(f"{dpu}/Actions/NetworkAdapter.ResetSettingsToDefault", {})
+        assert session.get(failed.task_location)["TaskState"] == "Exception"
+        control.request("POST", "bmcs/bmc-0001/decommission", {"erase_seconds": 60})
+        running = session.post("/redfish/v1/Systems/1/Storage/1/Drives/1/Actions/Drive.SecureErase", {})
+        assert session.get(running.task_location)["TaskState"] == "Running"
+        assert session.post("/redfish/v1/Managers/1/LogServices/Log/Actions/LogService.ClearLog", {}).status == 204
+
+        crawler, docs, seen = _TextSession(sim.bmc_url("bmc-0001")), {}, set()
+        for start in ("/redfish/v1", *DECOMMISSION_ENTRY_POINTS):
+            docs.update(_crawl(crawler, start, seen))
+        assert {"/redfish/v1/Systems/1/Storage/1/Drives/1", "/redfish/v1/Systems/1/LogServices/EventLog/Entries",
+                failed.task_location, running.task_location} <= set(docs)
+        assert docs["/redfish/v1/Systems/1/Storage/1/Drives/1"]["Operations"][0]["Operation"] == "Sanitize"
+        for path, text in crawler.texts.items():
+            assert "FleetSim" not in text, path
+            assert "Oem" not in set(_keys(docs[path])), path
+
+        old = requests.post(f"{sim.bmc_url('bmc-0001')}/redfish/v1/Oem/FleetSim/Decommission",
+                            json={"event_log": False}, auth=("fleet", "fleet"), timeout=5)
+        assert old.status_code == 404 and old.json()["error"]["code"] == "Base.1.13.0.ResourceNotFound"
+        assert control.bmc("bmc-0001")["decommission"]["events"] > 0  # the event log is still kept
+
+        index = control.request("GET", "")
+        assert "POST /_sim/bmcs/<id>/decommission" in index and "GET /_sim/config" in index
+        for bad in ({"fail": ["x"]}, {"erase_seconds": "soon"}):
+            with pytest.raises(RuntimeError, match="400"):
+                control.request("POST", "bmcs/bmc-0001/decommission", bad)
+        with pytest.raises(RuntimeError, match="404"):
+            control.request("POST", "bmcs/bmc-0404/decommission", {})

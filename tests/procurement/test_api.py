@@ -124,3 +124,7 @@ def test_forecasts_and_backtest(api):
                                                      "lead_days": 90}).json()
     assert [o["as_of"] for o in result["origins"]] == [dt.date(2024, m, 1).isoformat() for m in range(1, 7)]
     assert result["origins"][0]["site"] is None and set(result["rules"]) == {"1%", "2%", "3%", "4%", "5%"}
+    # One model: its own scores and verdict are those of the whole backtest.
+    assert list(result["models"]) == ["NVIDIA H100 80GB HBM3"]
+    assert result["models"]["NVIDIA H100 80GB HBM3"]["verdict"] == result["verdict"]
+    assert result["models"]["NVIDIA H100 80GB HBM3"]["mean_stock"] == result["mean_stock"]

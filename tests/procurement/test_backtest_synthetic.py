@@ -2,8 +2,8 @@
 a plain Poisson policy does not; pooling needs less stock than the sum of the sites.
 
 The method was tuned on seeds 1, 2 and 3 (``TUNING_SEEDS``, docs/procurement.md); these tests run on seeds it was
-not tuned on (``TEST_SEEDS``). Where a held-out seed falls short of the target the test pins the shortfall's
-bound and the README reports it as a shortfall."""
+not tuned on (``TEST_SEEDS``). Each assertion's message carries the measured figure; a held-out shortfall is a test
+marked as one (xfail, with the figures in its reason), and docs/procurement.md reports it as a shortfall."""
 
 import datetime as dt
 
@@ -35,36 +35,55 @@ def test_a_known_steady_rate_is_recovered():
     assert not f.alert
 
 
+def figures(result: bt.Backtest) -> str:
+    rules = ", ".join(f"{k} rule {r.fill_rate:.3f} / {r.mean_stock:.0f}" for k, r in result.rules.items())
+    return f"policy {result.policy.fill_rate:.3f} / {result.policy.mean_stock:.0f}; {rules}"
+
+
 @pytest.mark.parametrize("seed", TEST_SEEDS)
 def test_bursts_reach_the_target_where_plain_poisson_does_not(seed):
     poisson = run("bursts", engine.POISSON, seed, calibrate=False)
     adaptive = run("bursts", engine.ADAPTIVE, seed)
-    assert adaptive.policy.fill_rate >= 0.95
-    assert adaptive.policy.fill_rate > poisson.policy.fill_rate
-    assert adaptive.policy.mean_stock < 0.75 * adaptive.rules["2%"].mean_stock  # well below a 2 % rule's stock
+    assert adaptive.policy.fill_rate >= 0.95, figures(adaptive)
+    assert adaptive.policy.fill_rate > poisson.policy.fill_rate, (poisson.policy, figures(adaptive))
+    # well below a 2 % rule's stock
+    assert adaptive.policy.mean_stock < 0.75 * adaptive.rules["2%"].mean_stock, figures(adaptive)
+
+
+@pytest.mark.xfail(reason="A held-out shortfall: on seeds 4-6 the 1 % rule reaches the target with 100 (fill "
+                          "0.951-0.999) while the policy holds 104-133 (fill 0.952-0.985). It takes the 1 % rule at "
+                          "26-35 of 48 origins, but a larger sizing where the windows before an origin showed the "
+                          "rule short, and the forecast's own stock while the forecast alerts (docs/procurement.md)",
+                   strict=False)
+@pytest.mark.parametrize("seed", TEST_SEEDS)
+def test_bursts_are_not_dominated_by_a_fixed_rule(seed):
+    adaptive = run("bursts", engine.ADAPTIVE, seed)
+    assert bt.dominated_by(adaptive.as_dict()) == [], figures(adaptive)
 
 
 @pytest.mark.parametrize("seed", TEST_SEEDS)
-def test_bad_batch_far_above_plain_poisson_and_its_shortfall_bounded(seed):
-    """A shortfall on held-out seeds (README): 0.934-0.962 against the 0.95 target; plain Poisson 0.78-0.81."""
+def test_bad_batch_reaches_the_target_far_above_plain_poisson(seed):
+    """Held out, 0.958-0.966 against the 0.95 target (it was 0.934-0.962, short on seeds 4 and 5, before the
+    policy held the forecast's own stock while the forecast alerts); plain Poisson 0.78-0.81."""
     poisson = run("bad_batch", engine.POISSON, seed, calibrate=False)
     adaptive = run("bad_batch", engine.ADAPTIVE, seed)
-    assert poisson.policy.fill_rate < 0.85
-    assert adaptive.policy.fill_rate >= 0.93
-    assert adaptive.policy.stockout_windows < poisson.policy.stockout_windows
-    assert adaptive.policy.mean_stock < adaptive.rules["2%"].mean_stock
+    assert poisson.policy.fill_rate < 0.85, poisson.policy
+    assert adaptive.policy.fill_rate >= 0.95, figures(adaptive)
+    assert bt.dominated_by(adaptive.as_dict()) == [], figures(adaptive)
+    assert adaptive.policy.stockout_windows < poisson.policy.stockout_windows, (poisson.policy, adaptive.policy)
+    assert adaptive.policy.mean_stock < adaptive.rules["2%"].mean_stock, figures(adaptive)
 
 
 @pytest.mark.parametrize("scenario", ["steady", "quiet", "wear_out"])
 @pytest.mark.parametrize("seed", TEST_SEEDS)
 def test_policy_reaches_the_target_without_a_regime_change(scenario, seed):
     adaptive = run(scenario, engine.ADAPTIVE, seed)
-    assert adaptive.policy.fill_rate >= 0.95
-    assert bt.dominated_by(adaptive.as_dict()) == []
+    assert adaptive.policy.fill_rate >= 0.95, figures(adaptive)
+    assert bt.dominated_by(adaptive.as_dict()) == [], figures(adaptive)
     if scenario == "wear_out":
         assert run(scenario, engine.POISSON, seed, calibrate=False).policy.fill_rate < 0.7
     else:
-        assert adaptive.policy.mean_stock < 0.75 * adaptive.rules["2%"].mean_stock
+        assert adaptive.policy.mean_stock < 0.75 * adaptive.rules["2%"].mean_stock, figures(adaptive)
 
 
 def test_calibration_reads_only_windows_over_before_each_origin():
@@ -92,6 +111,71 @@ def test_calibration_picks_a_cheaper_rule_that_reached_the_target():
     stock, _ = bt.calibrated(np.full(n, 10.0), np.full(n, 500.0), np.full(n, 3.0), days, lead_days=90,
                              target=0.95)
     assert list(stock[:12]) == [10.0] * 12 and list(stock[12:]) == [5.0, 5.0]
+
+
+def test_a_rule_that_met_the_target_with_less_stock_is_never_undercut():
+    """On random scored windows: whenever a fixed rule's fill (computed here, not by the module) reached the
+    target, the sizing calibration picks holds no more mean stock over those windows than that rule."""
+    rng = np.random.default_rng(44)
+    for _ in range(300):
+        n = int(rng.integers(12, 30))
+        installed = rng.integers(50, 2_000, n).astype(float)
+        demand = rng.poisson(installed * rng.uniform(0.002, 0.03)).astype(float)
+        base = np.maximum(demand + rng.normal(0, 3 + demand.mean() / 4, n), 0).round()
+        c = bt.choose(base, installed, demand, target=0.95)
+        assert c.stock is not None
+        for k in bt.RULES:
+            stock = np.ceil(installed * k / 100)
+            fill = np.minimum(stock, demand).sum() / demand.sum() if demand.sum() else 1.0
+            if fill >= 0.95:
+                assert c.stock <= stock.mean() + 1e-9, (k, fill, stock.mean(), c)
+
+
+def test_a_rule_needs_the_target_and_a_sizing_of_the_forecast_the_target_plus_its_margin():
+    """Forecast 10, 2 % rule 6 (on 300 GPUs), demand 6 in ten windows and 9 in two: the rule fills 72 / 78 = 0.923
+    and the 3 % rule (9) 1.0 with 9; the forecast fills 1.0 with 10: the 3 % rule. Demand 6 in eleven windows
+    and 8 in one: the 2 % rule fills 72 / 74 = 0.973, the target but not the target plus the margin, and it is
+    used all the same: a rule that met the target with less stock is never undercut by a dearer sizing."""
+    base, installed = np.full(12, 10.0), np.full(12, 300.0)
+    assert bt.choose(base, installed, np.array([6.0] * 10 + [9.0, 9.0]), target=0.95).name == "3% rule"
+    c = bt.choose(base, installed, np.array([6.0] * 11 + [8.0]), target=0.95)
+    assert (c.name, round(c.fill, 4), c.stock) == ("2% rule", round(72 / 74, 4), 6.0)
+
+
+def test_calibration_falls_back_to_the_least_stock_that_reached_the_target():
+    """No candidate reaches the target plus the margin (the forecast said 10 and 0 where 15 and 40 came: no scale
+    of it covers those); the forecast x 1 reaches the target (1,010 of 1,055 = 0.957): it is used, not the
+    candidate with the highest fill (x 1.5: 0.962) and the most stock. Nothing reaches 0.97: the highest fill."""
+    base = np.array([100.0] * 10 + [10.0, 0.0])
+    installed = np.full(12, 100.0)  # rules hold 1-5
+    demand = np.array([100.0] * 10 + [15.0, 40.0])
+    c = bt.choose(base, installed, demand, target=0.95)
+    assert (c.name, round(c.fill, 4), round(c.stock, 2)) == ("forecast", round(1010 / 1055, 4), round(1010 / 12, 2))
+    assert bt.choose(base, installed, demand, target=0.97).name == "forecast x 1.5"
+
+
+def test_windows_before_the_first_gpu_entered_service_do_not_count_toward_calibration():
+    """Eleven windows with GPUs in service and five before any: too few to calibrate (the forecast as it is)."""
+    base = np.array([0.0] * 5 + [10.0] * 11)
+    installed = np.array([0.0] * 5 + [500.0] * 11)
+    demand = np.array([0.0] * 5 + [3.0] * 11)
+    c = bt.choose(base, installed, demand, target=0.95)
+    assert (c.name, c.scored) == ("forecast", 11)
+    c = bt.choose(np.append(base, 10.0), np.append(installed, 500.0), np.append(demand, 3.0), target=0.95)
+    assert (c.name, c.scored) == ("1% rule", 12)
+
+
+def test_the_policy_holds_the_forecast_s_own_stock_while_it_alerts():
+    """Calibration picked the 1 % rule (5 on 500 GPUs); at an origin where the forecast alerts (40), the policy
+    holds 40, and the rule again once the alert is gone."""
+    n = 16
+    days = np.arange(n) * 100.0
+    base = np.array([10.0] * 14 + [40.0, 10.0])
+    alerts = np.array([False] * 14 + [True, False])
+    stock, choices = bt.calibrated(base, np.full(n, 500.0), np.full(n, 3.0), days, lead_days=90, target=0.95,
+                                   alerts=alerts)
+    assert [c.name for c in choices[12:]] == ["1% rule"] * 4
+    assert list(stock[12:]) == [5.0, 5.0, 40.0, 5.0]
 
 
 def test_bad_batch_raises_an_alert_within_two_months_of_onset():

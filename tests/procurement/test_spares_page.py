@@ -179,8 +179,9 @@ def test_the_backtest_chart_draws_every_rule_it_reports(short_history, client, u
 
 
 def test_each_scope_s_stock_is_the_calibrated_sizing_of_its_forecast(two_sites_and_a_pool):
-    """The fleet row: calibration's choice applied to the fleet forecast (a rule: ceil(installed x k %)); every
-    other row: its own forecast times the fleet's factor, rounded up."""
+    """The fleet row: calibration's choice applied to the fleet forecast (a rule: ceil(installed x k %)), never
+    below the forecast's own while it alerts; every other row: its own forecast times the fleet's factor, rounded
+    up."""
     run = forecast.forecast_compute(actor=SYSTEM)
     fleet = run.forecasts.get(scope="model")
     cal, base = fleet.inputs["calibration"], fleet.inputs["forecast_stock"]
@@ -188,7 +189,64 @@ def test_each_scope_s_stock_is_the_calibrated_sizing_of_its_forecast(two_sites_a
         expected = -(-fleet.installed * int(cal["value"]) // 100)
     else:
         expected = -(-base * round(cal["value"] * 100) // 100)
+    if fleet.alert:
+        expected = max(expected, base)
     assert fleet.recommended == expected
     for f in run.forecasts.exclude(scope="model"):
         own = f.inputs["forecast_stock"]
         assert f.recommended == -(-own * fleet.recommended // base) if base else own, (f.scope, own)
+
+
+@pytest.fixture
+def two_models_history(tmp_path):
+    """Three years of a synthetic history of two models at two sites (a bad batch in the second year)."""
+    from procurement.forecasting import synthetic
+
+    rows = synthetic.generate("bad_batch", gpus=1_500, sites=2, models=(MODEL, "NVIDIA H200"),
+                              start=dt.date(2022, 1, 1), months=36, seed=9, bad_from=14, bad_months=10)
+    path = tmp_path / "history.csv"
+    synthetic.write_csv(rows, str(path))
+    assert history.history_import(text=path.read_text(), create_missing=True, actor=SYSTEM).ok
+    last, _ = forecast.last_scored(lead_days=90)
+    return {"date_from": dt.date(2023, 1, 1), "date_to": last}
+
+
+def test_the_backtest_page_says_which_won_for_each_model_and_by_how_much(two_models_history, client, users):
+    client.force_login(users["viewer"])
+    window = {"date_from": two_models_history["date_from"].isoformat(),
+              "date_to": two_models_history["date_to"].isoformat(), "lead_days": 90}
+    html = client.get("/procurement/forecast/backtest/", window).content.decode()
+    result = forecast.backtest_run(date_from=two_models_history["date_from"],
+                                   date_to=two_models_history["date_to"], lead_days=90)
+    said = dict(re.findall(r'<p class="model-verdict" data-model="([^"]+)">([^<]+)</p>', html))
+    assert set(said) == {MODEL, "NVIDIA H200"}
+    for model, text in said.items():
+        rows = [r for r in result["origins"] if r["model"] == model]
+        assert text.replace("&#x27;", "'").startswith(helpers.expected_verdict(rows, 0.95)), (model, text)
+    overall = re.search(r'<p id="backtest-verdict"><strong>All models together: ([^<]+)</strong>', html)
+    assert overall and overall.group(1).replace("&#x27;", "'").startswith(
+        helpers.expected_verdict(result["origins"], 0.95))
+
+
+# The verdict's sentences, written out: (policy fill, policy stock, {rule: (fill, stock)}) -> what the page says.
+VERDICTS = [
+    (0.97, 10.0, {"1%": (0.90, 4.0), "2%": (0.96, 8.0), "3%": (0.99, 9.0)},
+     "The 2% rule won: fill 0.960 with mean stock 8.0, 2.0 less than the policy's 10.0 (fill 0.970)."),
+    (0.94, 10.0, {"1%": (0.90, 4.0), "2%": (0.96, 8.0)},
+     "The 2% rule won: fill 0.960 with mean stock 8.0, 2.0 less than the policy's 10.0 (fill 0.940, short of the "
+     "target 0.95)."),
+    (0.96, 7.0, {"1%": (0.90, 4.0), "2%": (0.96, 8.0)},
+     "The policy won: fill 0.960 reaches the target 0.95, 1.0 less mean stock than the 2% rule, the cheapest rule "
+     "that reaches it."),
+    (0.96, 7.0, {"1%": (0.90, 4.0)}, "The policy won: fill 0.960 reaches the target 0.95, and no fixed rule reaches it."),
+    (0.94, 7.0, {"1%": (0.90, 4.0), "3%": (0.99, 9.0)},
+     "Short of the target: the policy's fill 0.940 is below 0.95 (by 0.010); the 3% rule reaches it with mean "
+     "stock 9.0."),
+]
+
+
+@pytest.mark.parametrize(("fill", "stock", "rules", "text"), VERDICTS)
+def test_the_verdict_names_the_winner_and_by_how_much(fill, stock, rules, text):
+    result = {"fill_rate": fill, "mean_stock": stock, "target_fill_rate": 0.95,
+              "rules": {k: {"fill_rate": f, "mean_stock": s} for k, (f, s) in rules.items()}}
+    assert forecast.verdict(result)["text"] == text

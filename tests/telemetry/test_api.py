@@ -255,3 +255,37 @@ def test_openapi_schema_is_valid(tmp_path):
     for path in ("/api/v1/telemetry/prometheus", "/api/v1/telemetry/history/", "/api/v1/telemetry/heatmap/",
                  "/api/v1/telemetry/heatmap/frames/", "/api/v1/telemetry/sources/", "/api/v1/telemetry/xid-events/"):
         assert f"{path}:" in schema
+
+
+def test_heatmap_order_is_site_row_rack_unit_host_slot_whatever_the_insertion_order():
+    """The heatmap's GPU order and its group starts, against the order computed here from the placement: site
+    code, row name, rack position, rack unit, hostname, slot (GPUs created out of that order, two sites, racks at
+    different positions, servers at different units, a hostname order that is not the unit order)."""
+    import random
+
+    from telemetry import selectors
+
+    rng = random.Random(4)
+    west, east = factories.site("zz-west"), factories.site("aa-east")
+    racks = [factories.rack(west), factories.rack(east), factories.rack(east)]
+    Rack = type(racks[0])
+    Rack.objects.filter(pk=racks[2].pk).update(position=0)  # before racks[1] in the same site? own rows: by row name
+    servers = [factories.server(rk, hostname=f"h{rng.randrange(1000):03d}-{i}", rack_unit=rng.choice((2, 10, 18)))
+               for i, rk in enumerate(racks * 2)]
+    slots = [(s, slot) for s in servers for slot in (3, 1, 2)]
+    rng.shuffle(slots)
+    gpus = [factories.gpu(s, slot=slot) for s, slot in slots]
+    selectors.heatmap_layout_forget()
+    data = heatmap_data(metric="gpu_temp")
+
+    def key(g):
+        sv, rk = g.server, g.server.rack
+        return (rk.row.hall.site.code, rk.row.name, rk.row_id, rk.position, rk.pk, sv.rack_unit, sv.hostname, sv.pk,
+                g.module_id, g.pci_bus_id, g.pk)
+
+    expected = sorted((type(g).objects.select_related("server__rack__row__hall__site").get(pk=g.pk) for g in gpus),
+                      key=key)
+    assert data["gpus"] == [g.pk for g in expected]
+    starts = [i for i, g in enumerate(expected) if i == 0 or expected[i - 1].server_id != g.server_id]
+    assert data["groups"]["server"]["start"] == starts
+    assert data["groups"]["site"]["name"] == ["aa-east", "zz-west"]

@@ -142,3 +142,88 @@ def test_compact_due_takes_only_days_older_than_the_setting(settings):
     done = compact.compact_due(now=now, after_days=2)
     assert done.days == [dt.date(2026, 3, 1), dt.date(2026, 3, 2)]
     assert raw_count() == 3
+
+
+def three_days(gpu_id: int) -> list[SampleRow]:
+    """2026-03-01..03 at 30 s: temperatures drifting by the hour, noisy power in 0.1 W, nulls, a gap, a throttled
+    stretch (0x40; 0x1 every 7th sample is not a hardware reason), three ECC DBEs and two hardware XIDs."""
+    rng = random.Random(11)
+    first = dt.datetime(2026, 3, 1, 0, 0, 4, tzinfo=dt.UTC)
+    rows, ecc = [], 0
+    for k in range(3 * 2880):
+        if 3000 <= k < 3020:
+            continue
+        ecc += k in (700, 4000, 7000)
+        temp = 50 + (k // 120) % 15 + rng.randint(-1, 1)
+        rows.append(SampleRow(first + dt.timedelta(seconds=30 * k, milliseconds=rng.choice((0, 0, 2, -3))), gpu_id,
+                              round(300 + rng.uniform(-20, 20), 1), 0x40 if 5000 <= k < 5040 else int(k % 7 == 0),
+                              temp, None if k % 89 == 0 else temp + 5, 85 - temp, 1830 if k % 50 == 0 else 1980, 0,
+                              ecc, 0, 0, False, 0, False, 79 if 1500 <= k < 1504 else 48 if 6000 <= k < 6002 else 0))
+    return rows
+
+
+@pytest.mark.sqlite
+def test_the_1_year_chart_over_compacted_and_raw_history_is_what_was_written(client, users):
+    """Two compacted days and a raw one, rolled up: every metric of the 1-year chart (the 1-hour tier), the 5-minute
+    chart and the raw chart across the compacted/raw boundary, and the history API's body, against figures
+    computed here from the samples written."""
+    gpu = factories.gpu(factories.server(hostname="year-1"))
+    written = three_days(gpu.pk)
+    write(written)
+    compact.compact_day(dt.date(2026, 3, 1))
+    compact.compact_day(dt.date(2026, 3, 2))
+    assert SampleDay.objects.filter(gpu_id=gpu.pk).count() == 2 and raw_count() == 2880
+    begin, end = dt.datetime(2026, 3, 1, tzinfo=dt.UTC), dt.datetime(2026, 3, 4, tzinfo=dt.UTC)
+    rollup_range(start=begin, end=end)
+
+    def buckets(seconds: int, start: dt.datetime, stop: dt.datetime) -> dict[dt.datetime, list[SampleRow]]:
+        out: dict[dt.datetime, list[SampleRow]] = {}
+        for r in written:
+            if start <= r.ts < stop:
+                at = dt.datetime.fromtimestamp(int(r.ts.timestamp()) // seconds * seconds, tz=dt.UTC)
+                out.setdefault(at, []).append(r)
+        return out
+
+    hw = 0x4 | 0x8 | 0x20 | 0x40 | 0x80
+    xids = {written[k].ts for k in range(1, len(written)) if written[k].xid and written[k].xid != written[k - 1].xid}
+    dbes = {written[k].ts for k in range(1, len(written)) if written[k].ecc_dbe > written[k - 1].ecc_dbe}
+    assert len(xids) == 2 and len(dbes) == 3
+
+    def want(metric: str, rows: list[SampleRow]) -> tuple:
+        temps, power = [r.gpu_temp_c for r in rows], [r.power_w for r in rows]
+        return {
+            "gpu_temp": (min(temps), statistics.fmean(temps), max(temps)),
+            "mem_temp": (None, None, max(r.mem_temp_c for r in rows if r.mem_temp_c is not None)),
+            "power": (min(power), statistics.fmean(power), max(power)),
+            "sm_clock": (None, statistics.fmean(r.sm_clock_mhz for r in rows), None),
+            "tlimit": (min(r.tlimit_c for r in rows), None, None),
+            "throttle": (None, sum(1 for r in rows if r.throttle_mask & hw) / len(rows), None),
+            "xid": (None, sum(1 for r in rows if r.ts in xids), None),
+            "ecc_dbe": (None, sum(1 for r in rows if r.ts in dbes), None),
+        }[metric]
+
+    year = end - dt.timedelta(days=365)
+    hours = buckets(3600, begin, end)
+    assert len(hours) == 72
+    for metric in ("gpu_temp", "mem_temp", "power", "sm_clock", "tlimit", "throttle", "xid", "ecc_dbe"):
+        points = history(scope="gpu", scope_id=gpu.pk, metric=metric, start=year, end=end)
+        assert [t for t, *_ in points] == sorted(hours), metric
+        for t, *got in points:
+            assert got == [pytest.approx(v, abs=1e-3) if v is not None else None for v in want(metric, hours[t])], \
+                (metric, t)
+
+    start, stop = dt.datetime(2026, 3, 2, 22, tzinfo=dt.UTC), dt.datetime(2026, 3, 3, 2, tzinfo=dt.UTC)
+    five = buckets(300, start, stop)
+    points = history(scope="gpu", scope_id=gpu.pk, metric="power", start=start, end=stop, resolution="5m")
+    assert [t for t, *_ in points] == sorted(five) and len(five) == 48
+    assert [tuple(p[1:]) for p in points] == [pytest.approx(want("power", five[t]), abs=1e-3) for t in sorted(five)]
+    raw = history(scope="gpu", scope_id=gpu.pk, metric="gpu_temp", start=start, end=stop)  # 4 h: the raw tier
+    assert [(t, v) for t, v, _, _ in raw] == [(r.ts, r.gpu_temp_c) for r in written if start <= r.ts < stop]
+
+    client.force_login(users["viewer"])
+    body = client.get("/api/v1/telemetry/history/", {"scope": "gpu", "id": gpu.pk, "metric": "gpu_temp",
+                                                     "start": year.isoformat(), "end": end.isoformat()}).json()
+    assert body["resolution"] == "1h"
+    assert [p["t"] for p in body["points"]] == [t.strftime("%Y-%m-%dT%H:%M:%SZ") for t in sorted(hours)]
+    assert [(p["min"], p["max"]) for p in body["points"]] == [(want("gpu_temp", hours[t])[0],
+                                                               want("gpu_temp", hours[t])[2]) for t in sorted(hours)]

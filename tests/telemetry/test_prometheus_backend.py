@@ -21,9 +21,10 @@ import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from django.core.management import CommandError, call_command
 from django.utils import timezone
 
-from telemetry import promql, pull, selectors
+from telemetry import promql, pull, selectors, series_selectors
 from telemetry.health import health_evaluate
 from telemetry.models import GpuLatest, HealthFlag, Rollup1h, XidEvent
 from tests import factories
@@ -334,6 +335,15 @@ def test_prometheus_scraping_the_world_exporter(settings, scraped):
     got = selectors.history(scope="gpu", scope_id=g2.pk, metric="gpu_temp", start=timezone.now() -
                             dt.timedelta(minutes=5), end=timezone.now() + dt.timedelta(seconds=30))
     assert got and {lo for _, lo, _, _ in got} == {83}
+    # The rack's aggregates and playback from Prometheus too (label_replace + "or" of the store's PromQL).
+    now = timezone.now()
+    rack_temps = selectors.history(scope="rack", scope_id=rack.pk, metric="gpu_temp",
+                                   start=now - dt.timedelta(minutes=5), end=now + dt.timedelta(seconds=30))
+    assert rack_temps and {(lo, avg, hi) for _, lo, avg, hi in rack_temps} == {(61, 72, 83)}
+    frames = selectors.heatmap_frames(metric="throttle", start=now - dt.timedelta(minutes=5),
+                                      end=now + dt.timedelta(minutes=5), level="rack")
+    assert frames["ids"] == [rack.pk] and [1] in frames["values"]  # g2's 0x40 is a hardware reason
+    assert all(value in ([1], [None]) for value in frames["values"])  # None: before Prometheus started
     # The point limit is the store's, not ours: 11,001 points in one series is refused by Prometheus itself.
     end = time.time()
     with pytest.raises(urllib.error.HTTPError) as refused:
@@ -444,3 +454,164 @@ def test_heatmap_playback_frames_from_the_store(fleet):
         temps = [v["DCGM_FI_DEV_GPU_TEMP"] for v in in_bucket("g1", t, 300)]
         assert values[column] == round(statistics.fmean(temps))
         assert values[frames["ids"].index(gpus["g4"].pk)] is None
+
+
+# --- racks, rows and sites: aggregated by the store over the UUIDs of Fleet's placement ----------------------------
+
+def bucket_mean(name: str, t: dt.datetime, metric: str, seconds: int = 300) -> float | None:
+    got = [v[metric] for v in in_bucket(name, t, seconds)]
+    return statistics.fmean(got) if got else None
+
+
+def test_rack_playback_frames_from_the_store(fleet, monkeypatch):
+    """The heatmap's rack-level playback (fleets too large for per-GPU frames) read Fleet's 5-minute rack rollups,
+    which nothing fills with the prometheus backend: it came back empty. Now the store aggregates each rack."""
+    gpus, racks = fleet
+    start = H0 + dt.timedelta(minutes=25)  # the buckets of samples 50-109: hardware throttling at 60-74
+    end = start + dt.timedelta(minutes=30)
+    monkeypatch.setattr(selectors, "FRAMES_GPU_LIMIT", 1)  # "auto" picks racks, as for a large fleet
+    for metric in ("gpu_temp", "power", "tlimit", "mem_temp", "throttle"):
+        frames = selectors.heatmap_frames(metric=metric, start=start, end=end)
+        assert frames["level"] == "rack" and len(frames["times"]) == 6
+        a, b = frames["ids"].index(racks["A"].pk), frames["ids"].index(racks["B"].pk)
+        for t, row in zip(frames["times"], frames["values"], strict=True):
+            field = {"gpu_temp": "DCGM_FI_DEV_GPU_TEMP", "power": "DCGM_FI_DEV_POWER_USAGE",
+                     "tlimit": "DCGM_FI_DEV_GPU_TEMP_LIMIT", "mem_temp": "DCGM_FI_DEV_MEMORY_TEMP",
+                     "throttle": "DCGM_FI_DEV_CLOCKS_EVENT_REASONS"}[metric]
+            per_gpu = {n: [v[field] for v in in_bucket(n, t, 300)] for n in ("g1", "g2")}
+            if metric in ("gpu_temp", "power"):  # the mean over the rack's GPUs of each GPU's bucket mean
+                want = statistics.fmean(statistics.fmean(x) for x in per_gpu.values())
+            elif metric == "tlimit":
+                want = min(min(x) for x in per_gpu.values())
+            elif metric == "mem_temp":
+                want = max(max(x) for x in per_gpu.values())
+            else:  # the rack's GPUs with a hardware reason in the bucket
+                want = sum(1 for x in per_gpu.values() if any(m & 0x40 for m in x))
+            assert row[a] == round(want), (metric, t)
+            assert row[b] is None  # g3's series carry another label, g4 has none: no value, not a zero
+        if metric == "throttle":
+            assert max(row[a] for row in frames["values"]) == 2
+    assert selectors.heatmap_frames(metric="gpu_temp", start=start, end=end, level="gpu")["level"] == "gpu"
+
+
+def fillers(row, n: int) -> None:
+    """``n`` GPUs in new racks of ``row`` with UUIDs the store has no series for, sorting between g1's and g2's:
+    they only make the group's UUID regex long (and put g1 and g2 in different parts of a split query)."""
+    from inventory import services as inventory_services
+    from inventory.models import Rack
+
+    for k in range(n):
+        if k % 64 == 0:
+            rack = inventory_services.record_create(model_class=Rack, actor=factories.SYSTEM, row=row,
+                                                    name=f"F{k // 64}", position=2 + k // 64, power_budget_kw="40")
+        if k % 8 == 0:
+            server = factories.server(rack, hostname=f"filler-{k // 8}", rack_unit=2 + 4 * (k % 64 // 8))
+        factories.gpu(server, uuid=f"GPU-0000000b-ffff-0000-0000-{k:012x}")
+
+
+def test_row_and_site_aggregates_split_under_the_stores_query_length_limit(fleet, monkeypatch, settings):
+    """A row's or a site's UUID regex is longer than VictoriaMetrics takes (``-search.maxQueryLen``, 16 kB): the
+    throttle expression, which names the selector once per hardware bit, passes it at ~80 GPUs; the temperature
+    at ~400. The group is queried in parts and the parts' partial aggregates combined (an average from sums and
+    counts). These aggregates used to be one query, refused with a 422."""
+    from telemetry import promql_groups
+
+    gpus, racks = fleet
+    row = racks["A"].row
+    fillers(row, 100)
+    row_uuids = sorted([UUIDS["g1"], UUIDS["g2"], *(f"GPU-0000000b-ffff-0000-0000-{k:012x}" for k in range(100))])
+    start = H0 + dt.timedelta(minutes=25)  # hardware throttling at samples 60-74
+    end = start + dt.timedelta(minutes=30)
+    whole = f'avg(max_over_time({promql.throttled(promql.selector("throttle", row_uuids))}[300s:30s]))'
+    assert len(whole) > 16_384
+    with pytest.raises(promql.StoreUnavailable, match="422.*too long query"):  # the store's limit is real
+        promql.query_range(whole, start + dt.timedelta(minutes=5), end + dt.timedelta(minutes=5), 300)
+
+    sent = []
+    real = promql_groups.query_range
+    monkeypatch.setattr(promql_groups, "query_range", lambda q, *a: sent.append(len(q)) or real(q, *a))
+
+    def throttled_gpus(t: dt.datetime) -> int:
+        return sum(any(v["DCGM_FI_DEV_CLOCKS_EVENT_REASONS"] & 0x40 for v in in_bucket(n, t, 300)) for n in ("g1", "g2"))
+
+    for scope, scope_id in (("row", row.pk), ("site", racks["A"].site_id)):
+        settings.FLEET_PROMETHEUS_MAX_QUERY_BYTES = 16_384  # VictoriaMetrics' default
+        sent.clear()
+        throttle = selectors.history(scope=scope, scope_id=scope_id, metric="throttle", start=start, end=end)
+        assert len(sent) >= 2 and max(sent) <= 16_384, sent
+        assert [(t, f) for t, _, f, _ in throttle] == [(t, throttled_gpus(t) / 2) for t, *_ in throttle]
+        assert len(throttle) == 6 and any(f == 1 for _, _, f, _ in throttle)
+
+        settings.FLEET_PROMETHEUS_MAX_QUERY_BYTES = 2_000  # a store with a tighter limit: every metric splits
+        sent.clear()
+        temps = selectors.history(scope=scope, scope_id=scope_id, metric="gpu_temp", start=start, end=end)
+        assert len(sent) >= 2 and max(sent) <= 2_000, sent
+        assert len(temps) == 6
+        for t, lo, avg, hi in temps:
+            both = {n: [v["DCGM_FI_DEV_GPU_TEMP"] for v in in_bucket(n, t, 300)] for n in ("g1", "g2")}
+            assert lo == min(min(x) for x in both.values()) and hi == max(max(x) for x in both.values())
+            assert avg == pytest.approx(statistics.fmean(statistics.fmean(x) for x in both.values()))
+        draw = selectors.history(scope=scope, scope_id=scope_id, metric="power_sum", start=start, end=end)
+        assert [(t, total) for t, _, total, _ in draw] == [
+            (t, pytest.approx(bucket_mean("g1", t, "DCGM_FI_DEV_POWER_USAGE")
+                              + bucket_mean("g2", t, "DCGM_FI_DEV_POWER_USAGE"))) for t, *_ in temps]
+    assert selectors.history(scope="row", scope_id=row.pk, metric="ecc_dbe", start=start, end=end) == []
+
+
+# --- the series index (/api/v1/series): which GPUs the store has, and whether the UUID label is the right one -------
+
+def test_the_series_index_tells_which_gpus_have_no_samples_in_the_store(fleet, settings, client, users, monkeypatch):
+    gpus, racks = fleet
+    paths = []
+    real = promql.request
+    monkeypatch.setattr(promql, "request", lambda path, params: paths.append(path) or real(path, params))
+    a = series_selectors.store_coverage(scope="rack", scope_id=racks["A"].pk)
+    assert (a.gpus, a.missing, a.no_uuid, a.label) == (2, [], 0, "UUID")
+    b = series_selectors.store_coverage(scope="rack", scope_id=racks["B"].pk)
+    assert b.missing == [(gpus["g3"].pk, UUIDS["g3"]), (gpus["g4"].pk, UUIDS["g4"])]  # another label; none at all
+    assert series_selectors.store_coverage(scope="gpu", scope_id=gpus["g1"].pk).missing == []
+    assert set(paths) == {"/api/v1/series"}  # the index only: no range query, no sample read
+    settings.FLEET_PROMETHEUS_LABELS = {"uuid": "gpu_uuid"}
+    assert series_selectors.store_coverage(scope="rack", scope_id=racks["B"].pk).missing == [
+        (gpus["g4"].pk, UUIDS["g4"])]
+    settings.FLEET_PROMETHEUS_LABELS = {}
+
+    client.force_login(users["viewer"])
+    panel = client.get(f"/telemetry/heatmap/gpu/{gpus['g4'].pk}/").content.decode()  # loads the fragment after
+    assert f'hx-get="/telemetry/store-coverage/gpu/{gpus["g4"].pk}/"' in panel
+    page = client.get(f"/telemetry/store-coverage/gpu/{gpus['g4'].pk}/").content.decode()
+    assert "No samples in the history store for this GPU" in page and UUIDS["g4"] in page
+    page = client.get(f"/telemetry/store-coverage/rack/{racks['B'].pk}/").content.decode()
+    assert "2 of 2 GPUs have no series" in page and UUIDS["g3"] in page
+    assert client.get(f"/telemetry/store-coverage/rack/{racks['A'].pk}/").content.decode().strip() == ""
+    assert client.get(f"/telemetry/store-coverage/row/{racks['A'].pk}/").status_code == 404
+    settings.FLEET_PROMETHEUS_URL = f"http://127.0.0.1:{free_port()}"  # the store down: a message, not an error
+    answer = client.get(f"/telemetry/store-coverage/gpu/{gpus['g1'].pk}/")
+    assert answer.status_code == 200 and "Telemetry history is unavailable" in answer.content.decode()
+    settings.FLEET_TELEMETRY_BACKEND = "embedded"  # nothing to load: the panel asks for nothing
+    assert "store-coverage" not in client.get(f"/telemetry/heatmap/gpu/{gpus['g1'].pk}/").content.decode()
+
+
+def test_the_label_check_names_the_label_that_carries_fleets_uuids(fleet, settings, client, users):
+    check = series_selectors.store_label_check()
+    assert check.ok and (check.checked, check.found) == (4, 2), check.message  # g3: another label; g4: none
+    call_command("check_history_store")
+
+    settings.FLEET_PROMETHEUS_LABELS = {"uuid": "uuid"}  # dcgm-exporter's old name, not this store's
+    check = series_selectors.store_label_check()
+    assert not check.ok and check.suggestion == {"uuid": "UUID"}  # g1 and g2 under UUID beat g3 under gpu_uuid
+    assert """set FLEET_PROMETHEUS_LABELS='{"uuid": "UUID"}'""" in check.message
+    with pytest.raises(CommandError, match="carry them in label 'UUID'"):
+        call_command("check_history_store")
+    client.force_login(users["viewer"])
+    page = client.get("/telemetry/sources/").content.decode()
+    assert 'id="label-check"' in page and "carry them in label" in page
+
+    settings.FLEET_PROMETHEUS_LABELS = {"uuid": "uuid", "host": "node"}
+    check = series_selectors.store_label_check()
+    assert not check.ok and not check.suggestion and "Nor do any carry label 'node'" in check.message
+    settings.FLEET_PROMETHEUS_URL = f"http://127.0.0.1:{free_port()}"
+    with pytest.raises(CommandError, match="unreachable"):
+        call_command("check_history_store")
+    page = client.get("/telemetry/sources/")
+    assert page.status_code == 200 and "Telemetry history is unavailable" in page.content.decode()

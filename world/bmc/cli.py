@@ -27,6 +27,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="a module defining PLUGIN (world.bmc.Plugin); repeatable")
     parser.add_argument("--manual-clock", action="store_true",
                         help="time stands still until POST /_sim/clock/advance")
+    parser.add_argument("--shared-port", action="store_true",
+                        help="every BMC on the main port (a rebooting BMC then resets connections, refuses none)")
+    parser.add_argument("--bmc-ports", type=json.loads, default=None, metavar="JSON",
+                        help='{"<bmc id>": port, ...}: listen for these BMCs on these ports (a restart keeps URLs)')
 
 
 def build(options: dict) -> SimulatorServer:
@@ -39,7 +43,8 @@ def build(options: dict) -> SimulatorServer:
     return SimulatorServer(host=options["host"], port=options["port"], bmcs=options["bmcs"],
                            profile=options["profile"], prefix=options["prefix"],
                            clock=ManualClock() if options.get("manual_clock") else None,
-                           plugins=options.get("plugins") or (), **config)
+                           plugins=options.get("plugins") or (), shared_port=bool(options.get("shared_port")),
+                           bmc_ports=options.get("bmc_ports"), **config)
 
 
 def run(options: dict, out=sys.stdout) -> None:
@@ -47,8 +52,9 @@ def run(options: dict, out=sys.stdout) -> None:
     server = build(options)
     url = server.bind()
     out.write(f"{url}\n")
-    out.write(f"BMC simulator: {options['bmcs']} x {options['profile']} BMCs at {url}/bmc/<id>/redfish/v1 "
-              f"(ids {options['prefix']}0001...), control API at {url}/_sim/\n")
+    where = "" if options.get("shared_port") else " (each on its own port: GET /_sim/bmcs)"
+    out.write(f"BMC simulator: {options['bmcs']} x {options['profile']} BMCs at <base URL>/bmc/<id>/redfish/v1"
+              f"{where} (ids {options['prefix']}0001...), control API at {url}/_sim/\n")
     out.flush()
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=server.stop).start())

@@ -18,7 +18,8 @@ class SimConfig:
     require_auth: bool = True  # Redfish requests (except the service root and login) need Basic auth or a session
     username: str = ""  # if set, Basic auth and sessions must use these credentials; else any are accepted
     password: str = ""
-    images: dict[str, str] = field(default_factory=dict)  # ImageURI or file name -> the version it carries
+    # ImageURI or file name -> the version it carries, or for a bundle {component Id: version} (redfish.py)
+    images: dict[str, str | dict[str, str]] = field(default_factory=dict)
     max_tasks_per_bmc: int = 1000  # finished tasks beyond this are forgotten (oldest first)
     faults: tuple[FaultRule, ...] = ()
     reboot_mode: str = "refused"  # inside a reboot window opened by a fault or on demand: refused, 503, 404, mixed
@@ -38,7 +39,9 @@ class SimConfig:
         for key, value in changes.items():
             if key == "faults":
                 values[key] = parse_rules(value)
-            elif key in ("task_seconds_by_class", "images"):
+            elif key == "images":
+                values[key] = _images(value)
+            elif key == "task_seconds_by_class":
                 if not isinstance(value, dict):
                     raise ValueError(f"{key} must be an object")
                 values[key] = dict(value)
@@ -59,6 +62,21 @@ class SimConfig:
         data = asdict(self)
         data["faults"] = [asdict(rule) for rule in self.faults]
         return data
+
+
+def _images(value: object) -> dict[str, str | dict[str, str]]:
+    if not isinstance(value, dict):
+        raise ValueError("images must be an object")
+    images: dict[str, str | dict[str, str]] = {}
+    for image, version in value.items():
+        if isinstance(version, dict) and version and all(
+                isinstance(k, str) and isinstance(v, str) and v for k, v in version.items()):
+            images[str(image)] = dict(version)
+        elif isinstance(version, str) and version:
+            images[str(image)] = version
+        else:
+            raise ValueError(f"images[{image!r}]: a version, or an object of component Id -> version")
+    return images
 
 
 def _boolean(value: object) -> bool:

@@ -1,6 +1,8 @@
-"""The control API under ``/_sim/`` (JSON, no auth): configuration, BMCs, statistics, the manual clock."""
+"""The control API under ``/_sim/`` (JSON, no auth): configuration, BMCs, statistics, the manual clock, and what
+plugins add (``Plugin.control``, listed in the index through ``Plugin.index``)."""
 
 import json
+from collections.abc import Callable
 from urllib.parse import parse_qs
 
 from .config import REBOOT_MODES
@@ -10,8 +12,9 @@ from .state import Simulator
 
 INDEX = {
     "GET /_sim/config": "the configuration",
-    "POST /_sim/config": "change configuration keys (faults replaces the whole rule list)",
-    "GET /_sim/bmcs": "every BMC with its base URL",
+    "POST /_sim/config": "change configuration keys (faults replaces the whole rule list; images: ImageURI or file "
+                         "name -> the version it carries, or {component Id: version} for a bundle)",
+    "GET /_sim/bmcs": "every BMC with its base URL (on its own port)",
     "POST /_sim/bmcs": "create or reset BMCs: {count, prefix, start, ids, profile, versions, bmc_class}",
     "GET /_sim/bmcs/<id>": "one BMC's state: versions, pending images, power, tasks",
     "DELETE /_sim/bmcs/<id>": "remove a BMC",
@@ -30,32 +33,34 @@ INDEX = {
 }
 
 
-def dispatch(sim: Simulator, base_url: str, method: str, path: str, query: str, body: bytes) -> tuple[int, object]:
+def dispatch(sim: Simulator, bmc_url: Callable[[str], str], method: str, path: str, query: str,
+             body: bytes) -> tuple[int, object]:
+    """``bmc_url(id)``: a BMC's base URL, as the server listens for it."""
     parts = tuple(p for p in path.split("/")[2:] if p)
     try:
         data = json.loads(body) if body else {}
     except ValueError:
         return 400, {"error": "malformed JSON"}
     try:
-        return _route(sim, base_url, method, parts, parse_qs(query), data)
+        return _route(sim, bmc_url, method, parts, parse_qs(query), data)
     except (ValueError, TypeError, KeyError) as exc:
         return 400, {"error": str(exc)}
 
 
-def _route(sim: Simulator, base_url: str, method: str, parts: tuple[str, ...], query: dict, data):
+def _route(sim: Simulator, bmc_url: Callable[[str], str], method: str, parts: tuple[str, ...], query: dict, data):
     match method, parts:
         case "GET", ():
-            return 200, INDEX
+            return 200, index(sim)
         case "GET", ("config",):
             return 200, sim.config.as_json()
         case "POST", ("config",):
             return 200, sim.configure(data).as_json()
         case "GET", ("bmcs",):
-            members = [{"id": i, "url": f"{base_url}/bmc/{i}"} for i in sim.bmc_ids()]
+            members = [{"id": i, "url": bmc_url(i)} for i in sim.bmc_ids()]
             return 200, {"Members": members, "count": len(members)}
         case "POST", ("bmcs",):
             ids = sim.create_bmcs(**data)
-            return 201, {"ids": ids, "urls": [f"{base_url}/bmc/{i}" for i in ids]}
+            return 201, {"ids": ids, "urls": [bmc_url(i) for i in ids]}
         case "GET", ("bmcs", bmc_id) if sim.bmc(bmc_id):
             return 200, sim.snapshot(sim.bmc(bmc_id))
         case "DELETE", ("bmcs", bmc_id) if sim.delete_bmc(bmc_id):
@@ -102,4 +107,13 @@ def _route(sim: Simulator, base_url: str, method: str, parts: tuple[str, ...], q
                 return 409, {"error": "the simulator runs on the wall clock"}
             sim.clock.advance(float(data["seconds"]))
             return 200, {"now": sim.clock()}
-    return 404, {"error": f"no such control endpoint: {method} /_sim/{'/'.join(parts)}", "endpoints": INDEX}
+    for plugin in sim.plugins:
+        answer = plugin.control(sim, method, parts, data)
+        if answer is not None:
+            return answer
+    return 404, {"error": f"no such control endpoint: {method} /_sim/{'/'.join(parts)}", "endpoints": index(sim)}
+
+
+def index(sim: Simulator) -> dict[str, str]:
+    """The core's control endpoints and the loaded plugins'."""
+    return {**INDEX, **{k: v for plugin in sim.plugins for k, v in plugin.index.items()}}

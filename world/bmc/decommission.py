@@ -7,7 +7,7 @@ Load it with ``python -m world.bmc --plugin world.bmc.decommission`` or
 
 - ``Systems/<system>/Storage/1/Drives/<n>``: NVMe drives with ``#Drive.SecureErase`` -> a task; while it runs the
   drive lists it in ``Operations`` (``Operation`` Sanitize, ``PercentageComplete``, ``AssociatedTask``).
-- ``Systems/<system>/LogServices/EventLog/Entries``: the event log (``LogEntry``: monotonic ``Id``, ``Created``
+- ``Systems/<system>/LogServices/EventLog/Entries[/<Id>]``: the event log (``LogEntry``: monotonic ``Id``, ``Created``
   at one-second resolution, ``MessageId`` from the TaskEvent registry - TaskStarted, TaskCompletedOK,
   TaskCompletedWarning (failed on the device) - with ``MessageArgs`` [task id] and ``Links.OriginOfCondition`` the resource the task works on).
   It outlives the tasks, which the core purges after they finish: the durable, standard trace of each task.
@@ -22,11 +22,12 @@ Load it with ``python -m world.bmc --plugin world.bmc.decommission`` or
   (the core's reboot window) and its LastResetTime moves.
 - ``Systems/<system>/Actions/ComputerSystem.Reset`` is the core's (ForceOff: the volatile-media power-off).
 
-Tests look inside through the control API (``GET /_sim/bmcs/<id>``: the ``decommission`` object, with how many
-times each action was carried out) and the core's counters (``GET /_sim/counters``). Device faults per BMC:
-``POST Oem/FleetSim/Decommission {"fail": {"<resource path>": n}, "erase_seconds": s, "event_log": false}``
-(a control resource of the simulator, not part of any answer): the next n actions on that resource fail on the
-device (task Exception); ``event_log`` false makes a BMC that keeps no event log.
+Tests look inside and set device faults through the control API only: ``GET /_sim/bmcs/<id>`` (the
+``decommission`` object, with how many times each action was carried out), the core's counters
+(``GET /_sim/counters``) and ``POST /_sim/bmcs/<id>/decommission {"fail": {"<resource path>": n},
+"erase_seconds": s, "event_log": false}``: the next n actions on that resource (its path below /redfish/v1) fail
+on the device (task Exception); ``erase_seconds`` is how long erases and DPU resets run; ``event_log`` false makes
+a BMC that keeps no event log.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 from collections import Counter
-from typing import Any
+from typing import Any, ClassVar
 
 from world.bmc import Plugin, RedfishError
 from world.bmc.messages import error_body
@@ -63,8 +64,18 @@ def _task_message(message_id: str, task_id: int, text: str) -> dict:
             "Severity": "OK" if message_id in ("TaskStarted", "TaskCompletedOK") else "Warning"}
 
 
+def _log_entry(entries: str, event: dict) -> dict:
+    return {"@odata.id": f"{entries}/{event['Id']}", "@odata.type": "#LogEntry.v1_15_0.LogEntry", "Id": event["Id"],
+            "EntryType": "Event", "Created": event["Created"], "Severity": event["Severity"],
+            "Message": event["Message"], "MessageId": event["MessageId"], "MessageArgs": event["MessageArgs"],
+            "Links": {"OriginOfCondition": link(event["origin"])}}
+
+
 class DecommissionPlugin(Plugin):
     name = "decommission"
+    index: ClassVar[dict[str, str]] = {
+        "POST /_sim/bmcs/<id>/decommission": "{fail: {<resource path below /redfish/v1>: n}, erase_seconds, "
+                                             "event_log}: the next n actions on that resource fail on the device"}
 
     def on_bmc_created(self, sim, bmc) -> None:  # type: ignore[no-untyped-def]
         n = bmc.id
@@ -149,16 +160,6 @@ class DecommissionPlugin(Plugin):
     # --- routes -----------------------------------------------------------------------------------------------
     def route(self, sim, bmc, method, parts, body, raw):  # type: ignore[no-untyped-def]  # noqa: C901, PLR0911, PLR0912
         state = self._state(bmc)
-        if parts[:3] == ("Oem", "FleetSim", "Decommission"):
-            if method != "POST":
-                return None
-            state["fail"].update({k: int(v) for k, v in body.get("fail", {}).items()})
-            if "erase_seconds" in body:
-                state["erase_seconds"] = float(body["erase_seconds"])
-            if "event_log" in body:
-                state["event_log"] = bool(body["event_log"])
-            return 200, {"fail": state["fail"], "erase_seconds": state["erase_seconds"],
-                         "event_log": state["event_log"]}, {}
         if state["factory_accounts"] and parts:
             # ResetAll restored the factory accounts: Fleet's credentials are no longer known here.
             return 401, error_body("Base.1.13.0.NoValidSession"), {"WWW-Authenticate": 'Basic realm="BMC"'}
@@ -209,12 +210,13 @@ class DecommissionPlugin(Plugin):
                              "Id": "EventLog", "LogEntryType": "Event", "MaxNumberOfRecords": EVENT_LOG_SIZE,
                              "OverWritePolicy": "WrapsWhenFull", "Entries": link(f"{R}/{path}/Entries")}, {}
             case "GET", ("Systems", s, "LogServices", "EventLog", "Entries") if s == system and state["event_log"]:
-                members = [{"@odata.id": f"{R}/{path}/{e['Id']}", "@odata.type": "#LogEntry.v1_15_0.LogEntry",
-                            "Id": e["Id"], "EntryType": "Event", "Created": e["Created"], "Severity": e["Severity"],
-                            "Message": e["Message"], "MessageId": e["MessageId"], "MessageArgs": e["MessageArgs"],
-                            "Links": {"OriginOfCondition": link(e["origin"])}} for e in state["events"]]
+                members = [_log_entry(f"{R}/{path}", e) for e in state["events"]]
                 return 200, {"@odata.id": f"{R}/{path}", "@odata.type": "#LogEntryCollection.LogEntryCollection",
                              "Members": members, "Members@odata.count": len(members)}, {}
+            case "GET", ("Systems", s, "LogServices", "EventLog", "Entries", entry) if s == system \
+                    and state["event_log"] and any(e["Id"] == entry for e in state["events"]):
+                event = next(e for e in state["events"] if e["Id"] == entry)
+                return 200, _log_entry(f"{R}/{'/'.join(parts[:-1])}", event), {}
             case "GET", ("Managers", m, "LogServices", "Log") if m in state["logs"]:
                 return 200, {"@odata.id": f"{R}/{path}", "@odata.type": "#LogService.v1_5_0.LogService",
                              "Id": "Log", "Entries": link(f"{R}/{path}/Entries"),
@@ -264,6 +266,25 @@ class DecommissionPlugin(Plugin):
                 bmc.sessions.clear()
                 sim.reboot_window(bmc, float(sim.config.bmc_reset_seconds))
                 return 204, None, {}
+        return None
+
+    # --- the control API ----------------------------------------------------------------------------------------
+    def control(self, sim, method, parts, data):  # type: ignore[no-untyped-def]
+        match method, parts:
+            case "POST", ("bmcs", bmc_id, "decommission") if sim.bmc(bmc_id):
+                if not isinstance(data, dict) or not isinstance(data.get("fail", {}), dict):
+                    raise ValueError("expected {fail: {<resource path>: n}, erase_seconds, event_log}")
+                fail = {str(k).strip("/").removeprefix("redfish/v1/"): int(v) for k, v in data.get("fail", {}).items()}
+                bmc = sim.bmc(bmc_id)
+                with bmc.lock:
+                    state = self._state(bmc)
+                    state["fail"].update(fail)
+                    if "erase_seconds" in data:
+                        state["erase_seconds"] = float(data["erase_seconds"])
+                    if "event_log" in data:
+                        state["event_log"] = bool(data["event_log"])
+                    return 200, {"fail": dict(state["fail"]), "erase_seconds": state["erase_seconds"],
+                                 "event_log": state["event_log"]}
         return None
 
     def snapshot(self, sim, bmc) -> dict[str, Any]:  # type: ignore[no-untyped-def]

@@ -7,16 +7,20 @@ from . import profiles
 
 
 class ManualClock:
-    """A clock for tests: ``clock.advance(5)`` moves every BMC's tasks five seconds on."""
+    """A clock for tests: ``clock.advance(5)`` moves every BMC's tasks five seconds on. ``on_advance``: called
+    after each advance (the server reopens the ports of BMCs whose reboot window ended, at once)."""
 
     def __init__(self, start: float = 1_000_000.0) -> None:
         self.now = start
+        self.on_advance: list[Callable[[], None]] = []
 
     def __call__(self) -> float:
         return self.now
 
     def advance(self, seconds: float) -> None:
         self.now += seconds
+        for callback in list(self.on_advance):
+            callback()
 
 
 @dataclass

@@ -1,10 +1,11 @@
 """Routes of one virtual BMC's Redfish service: ``dispatch`` maps (method, path, body) to a response.
 
-The caller holds ``bmc.lock``. The image version an update carries is, first that applies:
-``Oem.FleetSim.Versions[<component Id>]`` or ``Oem.FleetSim.Version`` in the SimpleUpdate body or the multipart
-``UpdateParameters``; the ``images`` config entry for the ImageURI, then for its file name; the ImageURI's
-``version`` query parameter; the file name without its extension (``.../96.00.9F.00.01.fwpkg`` -> ``96.00.9F.00.01``).
-With no Targets, the components named in ``Oem.FleetSim.Versions`` are updated.
+The caller holds ``bmc.lock``. The version an update image carries comes from the simulator, never from the
+request: the ``images`` config entry (``POST /_sim/config``) for the ImageURI, then for its file name; else the
+ImageURI's ``version`` query parameter; else the file name without its extension (``.../96.00.9F.00.01.fwpkg`` ->
+``96.00.9F.00.01``). An ``images`` entry may be a bundle, {component Id: version}: each target gets its version
+there (a target it does not name, the version from the URI), and an update with no Targets updates the
+components it names.
 """
 
 import base64
@@ -152,23 +153,27 @@ def credentials_ok(sim: Simulator, user: str, password: str) -> bool:
 
 
 def _update(sim: Simulator, bmc: Bmc, params: dict, image: str, now: float) -> Response:
-    oem = (params.get("Oem") or {}).get("FleetSim") or {}
-    per_target = oem.get("Versions") or {}
-    targets = [_target_id(t) for t in params.get("Targets") or []] or list(per_target)
+    carried = image_version(image, sim.config.images)
+    bundle = carried if isinstance(carried, dict) else {}
+    targets = [_target_id(t) for t in params.get("Targets") or []] or list(bundle)
     if not targets:
         raise RedfishError(400, "Base.1.13.0.ActionParameterMissing", "UpdateService.SimpleUpdate", "Targets")
-    version = oem.get("Version") or image_version(image, sim.config.images)
-    task = sim.update(bmc, targets=targets, image=image, versions={t: per_target.get(t, version) for t in targets},
+    version = carried if isinstance(carried, str) else _uri_version(image)
+    task = sim.update(bmc, targets=targets, image=image, versions={t: bundle.get(t, version) for t in targets},
                       apply_time=params.get("@Redfish.OperationApplyTime", "Immediate"),
                       stage=bool(params.get("Stage", False)))
     return 202, res.task(task, now, bmc), {"Location": f"{res.TASKS}/{task.id}"}
 
 
-def image_version(image: str, images: dict[str, str]) -> str:
+def image_version(image: str, images: dict) -> str | dict[str, str]:
+    """The version ``image`` carries (a bundle's: {component Id: version}), as the module docstring says."""
+    filename = urlsplit(image).path.rsplit("/", 1)[-1]
+    return images.get(image) or images.get(filename) or _uri_version(image)
+
+
+def _uri_version(image: str) -> str:
     url = urlsplit(image)
     filename = url.path.rsplit("/", 1)[-1]
-    if image in images or filename in images:
-        return images.get(image) or images[filename]
     query = parse_qs(url.query).get("version")
     if query:
         return query[0]

@@ -1,7 +1,8 @@
-"""The HTTP server: one port, many BMCs at ``/bmc/<bmc_id>/redfish/v1/...``, the control API at ``/_sim/``.
+"""The HTTP server: many BMCs, each on its own loopback port at ``/bmc/<bmc_id>/redfish/v1/...``, the control API
+at ``/_sim/`` on the main port (listeners.py: the ports, the one accept loop, and a rebooting BMC's refusals).
 
-stdlib ``ThreadingHTTPServer`` with HTTP/1.1 keep-alive (a thread per client connection); every response has a
-Content-Length and is written in one ``send``.
+stdlib ``ThreadingHTTPServer`` machinery with HTTP/1.1 keep-alive (a thread per client connection); every response
+has a Content-Length and is written in one ``send``.
 """
 
 import json
@@ -13,6 +14,7 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from . import control, redfish
+from .listeners import Listeners
 from .messages import RedfishError, error_body
 from .plugins import load_plugins
 from .state import Simulator
@@ -30,11 +32,14 @@ class _HTTPServer(ThreadingHTTPServer):
     def __init__(self, address: tuple[str, int], sim: Simulator) -> None:
         self.sim = sim
         self.stopping = threading.Event()  # wakes requests that hang on purpose
-        self.refused: set = set()  # sockets to close with a reset (``_Handler.refuse``)
+        self.refused: set = set()  # sockets to close with a reset (``_Handler.refuse``, ``Listeners``)
+        self.listeners: Listeners | None = None
         super().__init__(address, _Handler)
 
     def shutdown_request(self, request) -> None:  # noqa: ANN001 - socketserver's signature
         """A refused request's socket is closed at once (no FIN first): with SO_LINGER 0 the client gets a RST."""
+        if self.listeners is not None:
+            self.listeners.forget(request)
         if request in self.refused:
             self.refused.discard(request)
             self.close_request(request)
@@ -46,11 +51,20 @@ class _HTTPServer(ThreadingHTTPServer):
         host, port = self.server_address[:2]
         return f"http://{host}:{port}"
 
+    def bmc_url(self, bmc_id: str) -> str:
+        return f"{self.url}/bmc/{bmc_id}"
+
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     timeout = 300  # an idle keep-alive connection is closed after this
     server: _HTTPServer
+    home: str | None = None  # the BMC whose own port this connection came in on (None: the main port)
+
+    def setup(self) -> None:
+        super().setup()
+        if self.server.listeners is not None:
+            self.home = self.server.listeners.origin(self.connection)
 
     def do_GET(self) -> None:
         self._handle("GET")
@@ -71,16 +85,30 @@ class _Handler(BaseHTTPRequestHandler):
         logger.debug(format, *args)
 
     def _handle(self, method: str) -> None:
+        listeners = self.server.listeners
+        if listeners is not None:
+            listeners.busy(self.connection, True)
+        try:
+            self._answer(method)
+        finally:
+            if listeners is not None:
+                listeners.busy(self.connection, False)
+
+    def _answer(self, method: str) -> None:
         length = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(length) if length > 0 else b""
         path, _, query = self.path.partition("?")
         sim = self.server.sim
         sim.stats.count_request()
         try:
-            if path.startswith("/bmc/"):
+            if self.home is not None and not (path + "/").startswith(f"/bmc/{self.home}/"):
+                # a BMC's own port answers only that BMC (the control API and the others are elsewhere)
+                self._send(404, error_body("Base.1.13.0.ResourceNotFound", "Resource", path))
+            elif path.startswith("/bmc/"):
                 self._redfish(sim, method, path, body)
             elif path == "/_sim" or path.startswith("/_sim/"):
-                status, data = control.dispatch(sim, self.server.url, method, path, query, body)
+                bmc_url = self.server.listeners.url if self.server.listeners else self.server.bmc_url
+                status, data = control.dispatch(sim, bmc_url, method, path, query, body)
                 self._send(status, data)
             else:
                 self._send(404, error_body("Base.1.13.0.ResourceNotFound", "Resource", path))
@@ -141,6 +169,8 @@ class _Handler(BaseHTTPRequestHandler):
         if rule is not None and rule.kind == "timeout":  # a timeout after processing: the answer is lost
             self._hang(rule.seconds)
             return
+        if (rule is not None and rule.kind == "reboot") or sim.rebooting(bmc) == "refused":
+            self.close_connection = True  # this answer is the last before the reboot (a Manager.Reset's, say)
         self._send(status, data, headers)
         if rule is not None and rule.kind == "reboot":
             with bmc.lock:
@@ -169,9 +199,11 @@ class _Handler(BaseHTTPRequestHandler):
         return answer
 
     def _rebooting(self, sim: Simulator, bmc, path: str) -> None:
-        """Inside a reboot window: nothing is processed; the answer depends on the mode."""
+        """Inside a reboot window: nothing is processed; the answer depends on the mode. In "refused" mode the
+        BMC's own port is closed (listeners.py): a request gets here only on a connection opened before the
+        window, or on the main port, and is reset."""
         config = sim.config
-        mode = bmc.reboot_mode or ("503" if config.unreachable == "503" else config.reboot_mode)
+        mode = sim.rebooting(bmc) or config.reboot_mode
         if mode == "mixed":
             mode = ("refused", "503", "404")[bmc.requests % 3]
             bmc.requests += 1
@@ -182,12 +214,12 @@ class _Handler(BaseHTTPRequestHandler):
         self.refuse()
 
     def refuse(self) -> None:
-        """What a client sees of a BMC that is down: its connection reset (TCP RST, ``SO_LINGER`` 0), nothing
-        processed and nothing answered. One port serves every BMC, so a per-BMC refusal cannot fail the
-        ``connect()`` itself; the client sees ``ConnectionResetError`` on its request instead (a GET: infra; a
-        mutation: ambiguous, reconciled). docs/firmware.md, "What the simulator shows"."""
+        """A request that reached a BMC that is down (a keep-alive connection opened before its window, the
+        shared port, the "mixed" mode's third): its connection reset (TCP RST, ``SO_LINGER`` 0), nothing processed
+        and nothing answered; the client sees ``ConnectionResetError`` (a GET: infra; a mutation: ambiguous,
+        reconciled). New connections to a BMC's own port are refused by the kernel instead (listeners.py)."""
         self.close_connection = True
-        self.server.sim.stats.count_fault("refused")
+        self.server.sim.stats.count_fault("connection_reset")
         try:
             self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
             self.server.refused.add(self.connection)
@@ -210,20 +242,28 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 class SimulatorServer:
-    """``SimulatorServer(bmcs=64, task_seconds=2).start()`` serves in a background thread and returns the base URL;
-    ``.stop()`` ends it. Keyword arguments other than host, port, bmcs, profile, prefix, versions and clock are
+    """``SimulatorServer(bmcs=64, task_seconds=2).start()`` serves in a background thread and returns the main URL
+    (the control API); ``.bmc_url(id)`` is a BMC's base URL on its own port. ``.stop()`` ends it. Keyword
+    arguments other than host, port, bmcs, profile, prefix, versions, clock, plugins, shared_port (every BMC on
+    the main port) and bmc_ports (BMC id -> the port to listen on: a restarted simulator keeps its URLs) are
     configuration keys (config.SimConfig). ``.sim`` is the Simulator, for direct inspection in tests."""
 
     def __init__(self, *, host: str = "127.0.0.1", port: int = 0, bmcs: int = 0, profile: str = "hgx-h100",
                  prefix: str = "bmc-", versions: dict[str, str] | None = None, clock=None,
-                 plugins: list[str] | tuple[str, ...] = (), **config: object) -> None:
+                 plugins: list[str] | tuple[str, ...] = (), shared_port: bool = False,
+                 bmc_ports: dict[str, int] | None = None, **config: object) -> None:
         self.sim = Simulator(clock=clock, plugins=load_plugins(plugins), **config)
         if bmcs:
             self.sim.create_bmcs(count=bmcs, profile=profile, prefix=prefix, versions=versions)
         self._address = (host, port)
+        self.shared_port = shared_port
+        self._bmc_ports = dict(bmc_ports or {})
         self._httpd: _HTTPServer | None = None
+        self._listeners: Listeners | None = None
         self._thread: threading.Thread | None = None
         self._serving = False
+        self._loop_stop = threading.Event()
+        self._loop_done = threading.Event()
         self._stop_lock = threading.Lock()
 
     @property
@@ -232,10 +272,16 @@ class SimulatorServer:
         return self._httpd.url
 
     def bmc_url(self, bmc_id: str) -> str:
-        return f"{self.url}/bmc/{bmc_id}"
+        assert self._listeners is not None, "not started"
+        return self._listeners.url(bmc_id)
 
     def bind(self) -> str:
+        """Listen on the main port and on every BMC's own port (none with ``shared_port``)."""
         self._httpd = _HTTPServer(self._address, self.sim)
+        self._listeners = Listeners(self._httpd, self.sim, shared=self.shared_port, ports=self._bmc_ports)
+        self._httpd.listeners = self._listeners
+        self.sim.on_table = self._listeners.table_changed
+        self._listeners.table_changed(self.sim.bmc_ids(), ())
         return self.url
 
     def start(self) -> str:
@@ -247,21 +293,30 @@ class SimulatorServer:
     def serve_forever(self) -> None:
         if self._httpd is None:
             self.bind()
-        assert self._httpd is not None
+        assert self._listeners is not None
         self._serving = True
-        self._httpd.serve_forever(poll_interval=0.1)
+        self._loop_stop.clear()
+        self._loop_done.clear()
+        try:
+            self._listeners.serve(self._loop_stop)
+        finally:
+            self._loop_done.set()
 
     def stop(self) -> None:
-        """Stop serving (from any thread but the serving one) and close the port; safe to call twice."""
+        """Stop serving (from any thread but the serving one) and close the ports; safe to call twice."""
         with self._stop_lock:
             httpd, self._httpd = self._httpd, None
-            if httpd is None:
+            listeners, self._listeners = self._listeners, None
+            if httpd is None or listeners is None:
                 return
             httpd.stopping.set()
+            self._loop_stop.set()
             if self._serving and self._thread is not threading.current_thread():
-                httpd.shutdown()
+                self._loop_done.wait(timeout=5)
             if self._thread is not None:
                 self._thread.join(timeout=5)
+            self.sim.on_table = None
+            listeners.close()
             httpd.server_close()
             self._thread, self._serving = None, False
 

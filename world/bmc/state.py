@@ -54,16 +54,30 @@ class Bmc:
         self.tasks: dict[int, Task] = {}
         self.running: list[Task] = []
         self.next_task_id = 1
-        self.unreachable_until = 0.0
+        self.watcher: Callable[[Bmc], None] | None = None  # told when the reboot window changes (listeners.py)
+        self._unreachable_until = 0.0
         self.sessions: dict[str, str] = {}  # token -> session id
         self.next_session_id = 1
         self.requests = 0  # per-BMC request number, the identity of request-fault draws
-        self.reboot_mode = ""  # what the current reboot window answers ("" = the configured reboot_mode)
+        self.reboot_mode = ""  # what the current reboot window answers ("" = the configured reboot_mode); set it
+        # before unreachable_until, whose setter tells the watcher
         self.last_reset = 0.0  # clock of the last reset of the system (System LastResetTime)
         self.manager_reset: dict[str, float] = {}  # manager id -> clock of its last reset (its LastResetTime)
         self.extra: dict = {}  # plugins' state, by plugin name
         self.wall_offset = 0.0
         self.clock_skew = 0.0  # seconds this BMC's own clock is off (DateTime, LastResetTime, task times)
+
+    @property
+    def unreachable_until(self) -> float:
+        """Clock value at which the current reboot window ends. Setting it (a window opens, or a test ends one)
+        tells the watcher: the server closes or reopens the BMC's listening port (listeners.py)."""
+        return self._unreachable_until
+
+    @unreachable_until.setter
+    def unreachable_until(self, value: float) -> None:
+        self._unreachable_until = value
+        if self.watcher is not None:
+            self.watcher(self)
 
     def wall(self, clock_value: float) -> float:
         """A simulator clock reading as this BMC's own wall clock (epoch seconds, skew included)."""
@@ -86,6 +100,12 @@ class Simulator:
         self.holds = Holds()
         self._bmcs: dict[str, Bmc] = {}
         self._lock = threading.Lock()
+        # told (added ids, removed ids) after the BMC table changed: the server opens and closes their ports
+        self.on_table: Callable[[list[str], list[str]], None] | None = None
+
+    def _table_changed(self, added: list[str], removed: list[str]) -> None:
+        if self.on_table is not None and (added or removed):
+            self.on_table(added, removed)
 
     # --- configuration and the BMC table -----------------------------------------------------------------------
     def configure(self, changes: dict) -> SimConfig:
@@ -111,16 +131,22 @@ class Simulator:
                 plugin.on_bmc_created(self, bmc)
         with self._lock:
             self._bmcs.update((b.id, b) for b in bmcs)
+        self._table_changed(new_ids, [])
         return new_ids
 
     def delete_bmc(self, bmc_id: str) -> bool:
         with self._lock:
-            return self._bmcs.pop(bmc_id, None) is not None
+            deleted = self._bmcs.pop(bmc_id, None) is not None
+        if deleted:
+            self._table_changed([], [bmc_id])
+        return deleted
 
     def clear(self) -> None:
         """Forget every BMC and the statistics; the configuration stays."""
         with self._lock:
+            ids = list(self._bmcs)
             self._bmcs.clear()
+        self._table_changed([], ids)
         self.stats.clear()
 
     def bmc(self, bmc_id: str) -> Bmc | None:
@@ -159,9 +185,16 @@ class Simulator:
 
     def reboot_window(self, bmc: Bmc, seconds: float, mode: str = "") -> None:
         """The BMC reboots: for ``seconds`` it answers as ``mode`` (refused, 503, 404, mixed) says."""
-        bmc.unreachable_until = max(bmc.unreachable_until, self.clock() + seconds)
         bmc.reboot_mode = mode
+        bmc.unreachable_until = max(bmc.unreachable_until, self.clock() + seconds)
         self.stats.count_fault("reboot_window")
+
+    def rebooting(self, bmc: Bmc) -> str:
+        """The mode of the reboot window the BMC is in now (refused, 503, 404, mixed), or "" when it is up."""
+        if self.clock() >= bmc.unreachable_until:
+            return ""
+        config = self.config
+        return bmc.reboot_mode or ("503" if config.unreachable == "503" else config.reboot_mode)
 
     def request_fault(self, bmc: Bmc, method: str, path: str):
         """The request fault rule that hits this request, if any; counts the BMC's request number."""
@@ -363,8 +396,8 @@ class Simulator:
 
     def _bmc_goes_down(self, bmc: Bmc, now: float) -> None:
         """A BMC reboot: unreachable for a while, running tasks aborted, sessions lost."""
-        bmc.unreachable_until = now + self.config.bmc_reset_seconds
         bmc.reboot_mode = ""
+        bmc.unreachable_until = now + self.config.bmc_reset_seconds
         for task in list(bmc.running):
             self.cancel_task(bmc, task, "TaskEvent.1.0.TaskAborted")
         bmc.sessions.clear()

@@ -4,7 +4,10 @@
         sim.bmc_url("bmc-0001"); sim.sim.stats.as_json()
 
     proc = SimulatorProcess(bmcs=8, task_seconds=0).start()           # python -m world.bmc
-    proc.control.configure(faults=[...]); proc.kill(); proc.start()   # restart on the same port, fresh state
+    proc.bmc_url("bmc-0001")                                          # http://127.0.0.1:<its port>/bmc/bmc-0001
+    proc.control.configure(faults=[...]); proc.kill(); proc.start()   # restart on the same ports, fresh state
+
+Each BMC listens on its own port (server.py, listeners.py): ``bmc_url`` is what ``GET /_sim/bmcs`` reports.
 """
 
 import json
@@ -58,6 +61,10 @@ class SimulatorControl:
     def bmc(self, bmc_id: str) -> dict:
         return self.request("GET", f"bmcs/{bmc_id}")
 
+    def bmc_urls(self) -> dict[str, str]:
+        """Every BMC's base URL (``GET /_sim/bmcs``)."""
+        return {m["id"]: m["url"] for m in self.request("GET", "bmcs")["Members"]}
+
     def stats(self, bmc: str | None = None) -> dict:
         return self.request("GET", f"stats?bmc={bmc}" if bmc else "stats")
 
@@ -76,8 +83,8 @@ class SimulatorControl:
 
 class SimulatorProcess:
     """``python -m world.bmc`` as a child process. ``start()`` waits for the URL line; after the first
-    start the port is kept, so ``kill()`` then ``start()`` is a BMC fleet that crashed and came back empty-handed
-    (state is in memory only)."""
+    start the ports are kept (the main one and each BMC's), so ``kill()`` then ``start()`` is a BMC fleet that
+    crashed and came back empty-handed (state is in memory only) at the same URLs."""
 
     def __init__(self, *, port: int = 0, bmcs: int = 8, profile: str = "hgx-h100", task_seconds: float = 0.0,
                  seed: int = 0, extra_args: tuple[str, ...] = (), plugins: tuple[str, ...] = ()) -> None:
@@ -86,19 +93,33 @@ class SimulatorProcess:
                      "--seed", str(seed), *extra_args, *(a for p in plugins for a in ("--plugin", p))]
         self.proc: subprocess.Popen | None = None
         self.url = ""
+        self.bmc_ports: dict[str, int] = {}  # BMC id -> its own port, passed again on a restart
+        self._urls: dict[str, str] = {}
 
     @property
     def control(self) -> SimulatorControl:
         return SimulatorControl(self.url)
 
     def bmc_url(self, bmc_id: str) -> str:
-        return f"{self.url}/bmc/{bmc_id}"
+        """The BMC's base URL as the simulator reports it (asked again for a BMC created since); an unknown id's
+        URL is on the main port, where it answers 404."""
+        if bmc_id not in self._urls:
+            self._refresh()
+        return self._urls.get(bmc_id) or f"{self.url}/bmc/{bmc_id}"
+
+    def _refresh(self) -> None:
+        self._urls = self.control.bmc_urls()
+        for bmc_id, url in self._urls.items():
+            port = int(url.split("/", 3)[2].rsplit(":", 1)[1])
+            if port != self.port:
+                self.bmc_ports[bmc_id] = port
 
     def start(self) -> "SimulatorProcess":
         root = Path(__file__).resolve().parents[2]
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))}
+        ports = ("--bmc-ports", json.dumps(self.bmc_ports)) if self.bmc_ports else ()
         self.proc = subprocess.Popen(  # noqa: S603 - our own interpreter and module
-            [sys.executable, "-m", "world.bmc", "--port", str(self.port), *self.args],
+            [sys.executable, "-m", "world.bmc", "--port", str(self.port), *ports, *self.args],
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env, cwd=root)
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline().strip()
@@ -107,6 +128,7 @@ class SimulatorProcess:
             raise RuntimeError(f"BMC simulator did not start: {line!r}")
         self.url = line
         self.port = int(line.rsplit(":", 1)[1])
+        self._refresh()
         return self
 
     def stop(self) -> None:

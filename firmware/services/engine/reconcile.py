@@ -9,9 +9,10 @@ took late has landed by then):
   task while the BMC class is known to keep finished tasks longer than the time since the send
   (``FLEET_BMC_TASK_RETENTION_SECONDS_BY_CLASS``: ABSENT, the BMC would still show it); else UNKNOWN (tasks are
   purged after they finish on many BMCs: their absence proves nothing);
-- Activate/StartUpdate: UNKNOWN is never proven absent by the standard (no staged state is exposed); it is
-  idempotent (it starts what is staged; a second one finds nothing staged and activates nothing twice), see
-  side_effects.py;
+- Activate/StartUpdate: FOUND when every item already reports its new version (an image that needs no reset is
+  active at once); otherwise UNKNOWN: the standard exposes no staged state, so nothing can prove it did not land.
+  It is never sent again on that: the target waits a longer settle, is asked again, then is held for a person
+  (``firmware.services.rollout.rollout_target_resolve`` records what the person found on the BMC);
 - reset: one reading per reset resource (each manager for a BMC reset; the system otherwise), taken just before
   the send: ``LastResetTime`` and the BMC's ``DateTime``. LastResetTime moved (FOUND); unchanged while the
   reading was taken at least two of the BMC's seconds after that LastResetTime (ABSENT: a reset would show a
@@ -81,6 +82,16 @@ def update_trace(client: BmcClient, item: dict[str, Any], *, exclude: set[str], 
                                 f"it), inventory still at the old version")
 
 
+def activate_trace(client: BmcClient, work: list[dict[str, Any]]) -> Found:
+    """An unanswered Activate/StartUpdate: FOUND if every item is at its new version already, else UNKNOWN."""
+    for item in work:
+        wanted = version_key(item["version"])
+        if not all(version_key(str(d.get("Version") or "")) == wanted for d in client.inventory(item["targets"])):
+            return Found(Trace.UNKNOWN, f"Activate leaves no standard trace before the reset ({item['component']} "
+                                        f"still below {item['version']}, staged images are not exposed)")
+    return Found(Trace.FOUND, "inventory at the new versions")
+
+
 def parse_time(text: str) -> dt.datetime | None:
     try:
         value = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
@@ -131,5 +142,5 @@ def reset_trace(client: BmcClient, step: TargetStep, path: str) -> Found:
                                 f"the send was within the BMC's resolution of it (DateTime {clock_before or 'absent'})")
 
 
-__all__ = ["EVIDENCE", "Found", "reading", "recorded_reading", "reset_trace", "settle_seconds",
+__all__ = ["EVIDENCE", "Found", "activate_trace", "reading", "recorded_reading", "reset_trace", "settle_seconds",
            "task_retention_seconds", "unknown_settle_seconds", "update_trace"]

@@ -104,6 +104,8 @@ def staging_step(target: RolloutTarget, ctx: StepContext) -> Outcome:
         if not created:
             return later(target, 1)  # raced with another step; reconcile next time
         to_send = True
+    if not to_send and step.outcome == FOUND:  # a person checked the BMC and found it landed: verification decides
+        return task_result(target, step, DoneTask(), work)
     if not to_send and step.outcome not in NEVER_LEFT:
         task_uri = step.bmc_task_uri or target.bmc_task_uri
         if task_uri and step.outcome != AMBIGUOUS:
@@ -163,6 +165,7 @@ def staging_step(target: RolloutTarget, ctx: StepContext) -> Outcome:
 
 NOT_SENT = "not_sent"
 SENDING = "sending"
+FOUND = "found"  # reconciled as landed (by the BMC's evidence, or by a person who checked it)
 AMBIGUOUS = "ambiguous"
 NEVER_LEFT = ("", NOT_SENT)  # recorded but never marked as leaving, or refused before the BMC processed it
 RESENT = "resent: the BMC showed no trace after the settle period"
@@ -193,7 +196,8 @@ def settle_step(target: RolloutTarget, step: TargetStep, trace: Any) -> Outcome 
                                                   f"request landed ({found.evidence}); asking again in {wait:.0f}s")
         return fail(target, ErrorClass.INCONCLUSIVE, f"held for a person: {step.kind} {step.idem_key} went "
                     f"unanswered and the BMC shows no proof either way after two settle periods: "
-                    f"{found.evidence}. Not sent again; check the BMC, then retry or skip the target.", [])
+                    f"{found.evidence}. Not sent again: check the BMC, record what you found on the rollout page "
+                    f"(it landed / it did not land), then retry the exceptions.", [])
     note(step, f"settled: {found.trace} ({found.evidence})")
     return found
 
@@ -330,12 +334,12 @@ def evidence_path(client: Any, kind: str, path: str) -> str:
 def settle_action(target: RolloutTarget, client: Any, step: TargetStep, action: str,
                   work: list[dict[str, Any]]) -> Outcome | None:
     """An activation action marked as leaving without an answer: wait (an Outcome), found (confirmed: None),
-    absent (send again: None), or held for a person (an Outcome). Activate/StartUpdate cannot be proven absent
-    by standard evidence; it is idempotent (it starts what is staged, nothing twice), so it is sent again after
-    the settle period (bounded by ``FLEET_BMC_MAX_RESENDS``)."""
+    absent (send again: None, only on a reset's proof), or held for a person (an Outcome). Activate/StartUpdate
+    is never proven absent by standard evidence: found when the inventory shows the new versions, else UNKNOWN
+    (held after two settle periods), never sent again on the absence of evidence."""
     kind, path = reset_target(client, action, work)
     if not kind:
-        verdict = settle_step(target, step, lambda: reconcile.Found(Trace.ABSENT, "Activate is idempotent"))
+        verdict = settle_step(target, step, lambda: reconcile.activate_trace(client, work))
     else:
         verdict = settle_step(target, step, lambda: reconcile.reset_trace(client, step, evidence_path(
             client, kind, path)))
@@ -343,8 +347,10 @@ def settle_action(target: RolloutTarget, client: Any, step: TargetStep, action: 
         return verdict
     if verdict.trace == Trace.FOUND:
         step.response_status = 0
-        TargetStep.objects.filter(pk=step.pk).update(response_status=0, outcome="found", finished_at=Now())
+        TargetStep.objects.filter(pk=step.pk).update(response_status=0, outcome=FOUND, finished_at=Now())
         return None
+    if not kind:  # activate_trace answers FOUND or UNKNOWN only: an Activate is never sent again on absence
+        raise AssertionError(f"Activate settled {verdict.trace}")
     if resends_exhausted(step):
         return fail(target, ErrorClass.INCONCLUSIVE, f"{action}: {settings.FLEET_BMC_MAX_RESENDS} requests went "
                     f"unanswered and did not happen ({verdict.evidence})", [])

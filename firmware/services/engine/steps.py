@@ -11,6 +11,7 @@ import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 
 from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
@@ -76,27 +77,34 @@ def target_steps(pairs: Sequence[Sequence[int]]) -> StepsResult:
     ctx.claims = claims
     ctx.target_ids = [t.pk for t in fresh]
     budget = TimeBudget.for_task()
-    locked = lock_servers([t.server_id for t in fresh])
+    threaded = threads_for(fresh)
+    # In threads, each server's thread takes its own server lock (and gives it back when its BMC answered), so a
+    # BMC that is slow to answer can be left to its thread while this worker goes on (``run_steps``).
+    locked = set() if threaded else lock_servers([t.server_id for t in fresh])
     async_commit(True)
     pending: list[tuple[RolloutTarget, Outcome]] = []
     left: list[RolloutTarget] = []
     try:
-        busy = [t for t in fresh if t.server_id not in locked]
+        busy = [] if threaded else [t for t in fresh if t.server_id not in locked]
         if busy:  # another step drives these BMCs now: look again in a second
             result.busy = len(busy)
             release(busy, claims, seconds=1)
-        held = [t for t in fresh if t.server_id in locked]
+        held = fresh if threaded else [t for t in fresh if t.server_id in locked]
         runnable = [t for t in held if t.rollout.state == RolloutState.RUNNING or t.state in TARGET_PAST_NO_RETURN]
         release([t for t in held if t not in runnable], claims, seconds=5)  # paused or aborted: hold
         ctx.load_steps(runnable)
         runnable = ctx.record_fenced(runnable, claims)
         flushed = time.monotonic()
-        for target, outcome in run_steps(runnable, ctx, budget):
+        for target, outcome in run_steps(runnable, ctx, budget, threaded=threaded):
             if outcome is LEFT:
                 left.append(target)
                 continue
             if outcome is LOST:
                 continue  # another worker owns it now: write nothing
+            if outcome is BUSY:  # another step drives this BMC now: look again in a second
+                result.busy += 1
+                release([target], claims, seconds=1)
+                continue
             if isinstance(outcome, AlreadyApplied):
                 result.done += outcome.applied
                 if outcome.applied:
@@ -129,6 +137,21 @@ def target_steps(pairs: Sequence[Sequence[int]]) -> StepsResult:
 FLUSH_SECONDS = 0.5
 LEFT = Outcome("left")  # not started: out of time (sent on in a new message)
 LOST = Outcome("lost")  # fenced: another worker owns the target
+BUSY = Outcome("busy")  # its server is locked by another step: not started
+
+
+def detach_seconds() -> float:
+    """A chunk waits for its BMCs until at least half of its servers are done and nothing has answered for this
+    long (``FLEET_ROLLOUT_DETACH_SECONDS``; 0: never); the servers still waiting (a request timing out, a slow BMC)
+    are then left to their threads, which write their own results and send their own continuations, and the
+    worker takes its next chunk."""
+    return float(getattr(settings, "FLEET_ROLLOUT_DETACH_SECONDS", 0.25))
+
+
+def threads_for(targets: list[RolloutTarget]) -> bool:
+    """Whether a chunk works its servers on the process's threads (PostgreSQL, more than one server, more than
+    one thread allowed); otherwise one after the other in the calling thread."""
+    return is_postgres() and worker_concurrency() > 1 and len({t.server_id for t in targets}) > 1
 
 
 def worker_concurrency() -> int:
@@ -171,12 +194,15 @@ def worker_pool_shutdown() -> None:
     _POOL = None
 
 
-def run_steps(runnable: list[RolloutTarget], ctx: StepContext, budget: TimeBudget
+def run_steps(runnable: list[RolloutTarget], ctx: StepContext, budget: TimeBudget, *, threaded: bool = False
               ) -> Iterator[tuple[RolloutTarget, Outcome]]:
-    """Step every target, yielding (target, outcome) as each finishes. BMC I/O is latency-bound: the chunk's
-    servers are worked concurrently on the process's pool (at most ``FLEET_ROLLOUT_WORKER_CONCURRENCY`` at once),
-    one thread per server at a time (its targets in order), so a BMC never has two of our requests in flight and
-    a slow or timing-out BMC delays only itself. Results are written by the calling thread."""
+    """Step every target, yielding (target, outcome) as each finishes. BMC I/O is latency-bound: with ``threaded``
+    the chunk's servers are worked concurrently on the process's pool (at most ``FLEET_ROLLOUT_WORKER_CONCURRENCY``
+    at once), one thread per server (its targets in order) holding that server's lock (``BUSY`` when another step
+    holds it), so a BMC never has two of our requests in flight. A slow or timing-out BMC delays only itself: once
+    half of the servers are done and none has answered for ``detach_seconds()``, the rest are detached (their
+    threads write their own results, ``finish_detached``) and the generator ends. Results of the others are
+    written by the calling thread."""
     groups: dict[int, list[RolloutTarget]] = {}
     for target in runnable:
         groups.setdefault(target.server_id, []).append(target)
@@ -192,41 +218,112 @@ def run_steps(runnable: list[RolloutTarget], ctx: StepContext, budget: TimeBudge
         except SoftTimeLimitExceeded:
             return LEFT
 
-    if not is_postgres() or worker_concurrency() == 1 or len(groups) == 1:
+    if not threaded:
         for group in groups.values():
             for target in group:
                 yield target, one(target)
         return
     results: queue.Queue = queue.Queue()
+    gate = threading.Lock()
+    detached = threading.Event()
+
+    def deliver(target: RolloutTarget, outcome: Outcome) -> None:
+        with gate:
+            if not detached.is_set():
+                results.put((target, outcome))
+                return
+        finish_detached(target, outcome, ctx)
 
     def run_group(group: list[RolloutTarget]) -> None:
+        server = group[0].server_id
+        delivered: set[int] = set()
         try:
             connection.close_if_unusable_or_obsolete()
             async_commit(True)
-            for target in group:
-                results.put((target, one(target)))
-        except Exception:  # a database that went away under this thread: the targets are left to the lease
+            if not lock_servers([server]):
+                for target in group:
+                    deliver(target, BUSY)
+                return
+            try:
+                for target in group:
+                    deliver(target, one(target))
+                    delivered.add(target.pk)
+            finally:
+                unlock_servers({server})
+        except Exception:  # a database that went away under this thread: the others go on in a new message
             logger.exception("rollout: a step thread failed")
             for target in group:
-                results.put((target, LEFT))
+                if target.pk not in delivered:
+                    deliver(target, LEFT)
         finally:
-            results.put(None)
+            with gate:
+                results.put(None)
 
     pool = worker_pool()
     remaining = len(groups)
     for group in groups.values():
         pool.submit(run_group, group)
     seen: set[int] = set()
+    answered, patience = time.monotonic(), detach_seconds()
     try:
         while remaining:
-            item = results.get()
+            try:
+                item = results.get(timeout=patience / 5 if patience > 0 else None)
+            except queue.Empty:
+                if 2 * (len(groups) - remaining) >= len(groups) and time.monotonic() - answered >= patience:
+                    with gate:
+                        detached.set()
+                        late = drain(results)
+                    for target, outcome in late:
+                        if target.pk not in seen:
+                            seen.add(target.pk)
+                            yield target, outcome
+                    return
+                continue
+            answered = time.monotonic()
             if item is None:
                 remaining -= 1
             elif item[0].pk not in seen:
                 seen.add(item[0].pk)
                 yield item
     finally:
-        stop.set()  # the soft time limit in this thread: the threads start nothing new
+        if not detached.is_set():
+            stop.set()  # the soft time limit in this thread: the threads start nothing new
+
+
+def drain(results: queue.Queue) -> list[tuple[RolloutTarget, Outcome]]:
+    items = []
+    while True:
+        try:
+            item = results.get_nowait()
+        except queue.Empty:
+            return items
+        if item is not None:
+            items.append(item)
+
+
+def finish_detached(target: RolloutTarget, outcome: Outcome, ctx: StepContext) -> None:
+    """A step that ended after its chunk went on (see ``run_steps``): its thread writes the result itself, sends the
+    target on if it can go on at once, and counts a success. Whatever fails here is left to the lease."""
+    try:
+        if outcome is LOST:
+            return
+        if outcome is LEFT or outcome is BUSY:
+            release([target], ctx.claims, seconds=0 if outcome is LEFT else 1)
+            if outcome is LEFT:
+                send_steps([[(target.pk, target.version)]])
+            return
+        if isinstance(outcome, AlreadyApplied):
+            if outcome.applied:
+                send_steps([[(target.pk, target.version)]])
+            return
+        if apply_one(target, outcome):
+            if outcome.again_now:
+                send_steps([[(target.pk, target.version + 1)]])
+            if outcome.succeeded is not None:
+                flush_successes(SimpleNamespace(succeeded=[outcome.succeeded], specs=ctx.specs))
+    except Exception:
+        logger.exception("rollout target %s: writing a detached step failed", target.pk)
 
 
 def write_results(pending: list[tuple[RolloutTarget, Outcome]], result: StepsResult, ctx: StepContext) -> None:

@@ -79,6 +79,9 @@ class Command(BaseCommand):
                               f"{row['recommended']:>6} {row['demand']:>6} {row['sizing']}"
                               f"{'  ALERT' if row['alert'] else ''}")
         self.stdout.write(f"\n{result['verdict']['text']}")
+        if len(result["models"]) > 1:
+            for name, scores in result["models"].items():
+                self.stdout.write(f"  {name}: {scores['verdict']['text']}")
         unc = result["uncalibrated"]
         self.stdout.write(f"forecast before calibration: fill rate {unc['fill_rate']:.1%}, mean stock "
                           f"{unc['mean_stock']:.1f}")
