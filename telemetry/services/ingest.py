@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import collections
+import contextlib
 import datetime as dt
+import gc
 import hashlib
 import json
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -191,6 +193,23 @@ def _write(batches: Sequence[tuple[ParsedBatch, IngestSource | None]], *, now: d
     return results
 
 
+@contextlib.contextmanager
+def _cyclic_gc_paused() -> Iterator[None]:
+    """No automatic cyclic collection while a group is parsed, mapped and written. Parsing allocates
+    thousands of small containers per body (label dicts, per-series lists, samples, row tuples), none of them
+    in a cycle: reference counting frees them, yet every 700 allocations start a young collection, and now and
+    then a full one over the whole heap (the identity maps, Django). Collection resumes afterwards; a cycle made
+    meanwhile (an exception's traceback) waits for it."""
+    if not gc.isenabled():  # paused by the caller (or by another thread's group): leave it as found
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
 def telemetry_ingest_many(*, items: Sequence[IngestItem | tuple], actor: Actor | None = None,
                           now: dt.datetime | None = None,
                           fetch_ms: Sequence[int] | None = None) -> list[IngestResult | Exception]:
@@ -202,7 +221,12 @@ def telemetry_ingest_many(*, items: Sequence[IngestItem | tuple], actor: Actor |
     recorded on each source and re-raised. Returns one IngestResult or exception per item, in order.
     ``fetch_ms`` (the scraper's fetch times) is added to each body's recorded duration.
     """
-    now = now or timezone.now()
+    with _cyclic_gc_paused():
+        return _ingest_many(items, now=now or timezone.now(), fetch_ms=fetch_ms)
+
+
+def _ingest_many(items: Sequence[IngestItem | tuple], *, now: dt.datetime,
+                 fetch_ms: Sequence[int] | None) -> list[IngestResult | Exception]:
     outcomes: list[IngestResult | Exception] = []
     accepted: list[tuple[int, ParsedBatch, IngestSource | None]] = []
     spent = [0.0] * len(items)
