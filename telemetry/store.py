@@ -10,7 +10,8 @@ transaction with the inbox locked (``ACCESS EXCLUSIVE``: an ingest COPY waits fo
 1. the daily partitions of the inbox's days exist (created on demand);
 2. ``telemetry_merge`` (a temp table) gets every inbox row of a GPU that still exists, with, per counter,
    the value as of that row and the one before it (the last non-null value in the GPU's inbox rows ordered
-   by time, else ``telemetry_gpulatest``: window functions, one sort);
+   by time, else ``telemetry_gpulatest``: window functions for a GPU with several inbox rows, plain
+   columns for one with a single row);
 3. ``INSERT INTO telemetry_sample`` the eight gauge columns, ordered by (gpu, ts);
 4. counter rows where a counter differs from its previous value (deltas, reset detection), XID events where
    the DCGM XID gauge changes to a non-zero value (the same gauge over many scrapes is one event);
@@ -134,19 +135,32 @@ _MERGE_TYPES = {"ecc_sbe": "bigint", "ecc_dbe": "bigint", "remap_corr": "integer
                 "pcie_replay": "bigint", "remap_failure": "boolean", "sram_threshold": "boolean", "xid": "integer"}
 _MERGE_COLUMNS = (*RAW_COLUMNS, "source_id", "xid", "known", "is_last",
                   *(f"{p}{c}" for c in COUNTERS + FLAGS for p in ("", "f_", "p_")), "f_xid", "p_xid")
+_MERGE_FIRST = "SELECT " + ", ".join(f"i.{c}" for c in (*RAW_COLUMNS, "source_id", "xid")) + ", l.gpu_id IS NOT NULL, "
+_MERGE_ALIVE = "EXISTS (SELECT 1 FROM inventory_gpu g WHERE g.id = i.gpu_id)"
+# The window functions (their numeric arithmetic is most of the load's time) are needed only for a GPU with
+# more than one inbox row; a GPU with one row (one scrape between merges: the usual case) gets the same values
+# plainly: "as of this row" is the row's value else the latest, "before it" is the latest.
 SQL_MERGE_LOAD = (
     f"INSERT INTO telemetry_merge ({', '.join(_MERGE_COLUMNS)}) "  # noqa: S608
-    "SELECT " + ", ".join(f"i.{c}" for c in (*RAW_COLUMNS, "source_id", "xid"))
-    + ", l.gpu_id IS NOT NULL, lead(i.ts) OVER w IS NULL, "
+    "WITH multi AS (SELECT gpu_id FROM telemetry_inbox GROUP BY gpu_id HAVING count(*) > 1) "
+    "SELECT * FROM ("
+    + _MERGE_FIRST + "true, "
+    + ", ".join(f"i.{c}, COALESCE(i.{c}, l.{c}), l.{c}" for c in COUNTERS + FLAGS)
+    + ", COALESCE(i.xid, l.last_xid), l.last_xid "
+    "FROM telemetry_inbox i LEFT JOIN telemetry_gpulatest l ON l.gpu_id = i.gpu_id "
+    f"WHERE {_MERGE_ALIVE} AND NOT EXISTS (SELECT 1 FROM multi WHERE multi.gpu_id = i.gpu_id) "
+    "UNION ALL ("
+    + _MERGE_FIRST + "lead(i.ts) OVER w IS NULL, "
     + ", ".join(f"i.{c}, {_last(c, _MERGE_TYPES[c], 'upto')}, {_last(c, _MERGE_TYPES[c], 'before')}"
                 for c in COUNTERS + FLAGS)
     + f", {_last('xid', 'integer', 'upto')}, {_last('xid', 'integer', 'before')} "
-    f"FROM (SELECT *, extract(epoch FROM ts) * 1000000 * {_K} AS k FROM telemetry_inbox) i "
-    "LEFT JOIN telemetry_gpulatest l ON l.gpu_id = i.gpu_id WHERE EXISTS (SELECT 1 FROM inventory_gpu g WHERE g.id = i.gpu_id) "
+    f"FROM (SELECT *, extract(epoch FROM ts) * 1000000 * {_K} AS k FROM telemetry_inbox "
+    "WHERE gpu_id IN (SELECT gpu_id FROM multi)) i "
+    f"LEFT JOIN telemetry_gpulatest l ON l.gpu_id = i.gpu_id WHERE {_MERGE_ALIVE} "
     "WINDOW w AS (PARTITION BY i.gpu_id ORDER BY i.ts), "
     "upto AS (w ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW), "
-    "before AS (w ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) "
-    "ORDER BY i.gpu_id, i.ts"
+    "before AS (w ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING))"
+    ") x ORDER BY gpu_id, ts"
 )
 # Rows keep the load's (gpu, ts) order: within one merge's pages a GPU's rows sit in a narrow gpu_id range,
 # which the BRIN index on (ts, gpu_id) uses for per-GPU reads of raw data.
