@@ -179,7 +179,8 @@ def drains_send(ctx: StepContext) -> int:
     if chunk is None or not chunk.drains:
         return 0
     claims = ctx.claims
-    targets = {hold.pk: target for hold, target in chunk.drains.values()}
+    recorded = dict(chunk.drains)  # one copy: a step left to its thread (steps.run_steps) may still record one
+    targets = {hold.pk: target for hold, target in recorded.values()}
 
     def owned(hold: SchedulerHold) -> bool:
         if claims is None:
@@ -191,10 +192,11 @@ def drains_send(ctx: StepContext) -> int:
         return True
 
     try:
-        done = holds.holds_drain([hold for hold, _ in chunk.drains.values()], check=owned)
+        done = holds.holds_drain([hold for hold, _ in recorded.values()], check=owned)
     except SchedulerError:
         return 0
-    chunk.drains.clear()
+    for key in recorded:  # one recorded meanwhile stays requested in the database: its target's next step sends it
+        chunk.drains.pop(key, None)
     return sum(h.state != HoldState.REQUESTED for h in done)
 
 
