@@ -278,7 +278,7 @@ def _live_context(request: HtmxHttpRequest, rollout: Rollout,
         "failures": list(selectors.rollout_failures(rollout)[:50]),
         "exceptions": (list(services.exception_targets(rollout).select_related("server").order_by("id")[:200])
                        if rollout.state == RolloutState.COMPLETED_WITH_EXCEPTIONS else []),
-        "held": _held(rollout),
+        "held": _held(rollout) if progress.failed else [],  # no failed target: none held, no query
         "actions": _actions(request.user, rollout),
         "waiting": (f"Paused: {rollout.pause_reason}. " if rollout.state == RolloutState.PAUSED and rollout.pause_reason
                     else "") + WAITING.get(rollout.state, ""),
