@@ -1,7 +1,9 @@
 """Redfish transport shared by every app that drives BMCs (firmware rollouts, decommission's secure erase).
 
-One short HTTP request per call: timeout ``FLEET_BMC_TIMEOUT``, never a retry here (a POST is never sent twice by
-the transport), nothing sleeps. Every failure is classified, because what the caller may do next depends on it:
+One short HTTP request per call: timeout ``FLEET_BMC_TIMEOUT``; a mutating request is never sent twice by the
+transport; a GET whose answer did not come within the timeout is asked once more at once (it changes nothing, and a
+BMC that drops an occasional read answers the next one: one lost read then costs one timeout, not a failed step
+and its backoff); nothing sleeps. Every failure is classified, because what the caller may do next depends on it:
 
 - ``INFRA``: the request was not processed: connection refused or a connect timeout (nothing left this host),
   5xx, 401/403/429, a read that timed out or dropped, and a 404 while the BMC is inside a boot grace period
@@ -31,6 +33,7 @@ import requests
 from django.conf import settings
 
 ROOT = "/redfish/v1"
+SAFE = ("GET", "HEAD")  # a read whose answer timed out is asked once more
 MUTATING = frozenset({"POST", "PATCH", "PUT", "DELETE"})
 
 
@@ -174,8 +177,14 @@ class RedfishSession:
         url = self.url + path if path.startswith("/") else f"{self.url}/{path}"
         all_headers = {**self.auth, "Accept": "application/json", **(headers or {})}
         try:
-            raw = self.http.request(method, url, json=body if files is None else None, files=files,
-                                    data=None, headers=all_headers, timeout=self.timeout, allow_redirects=False)
+            try:
+                raw = self.http.request(method, url, json=body if files is None else None, files=files,
+                                        data=None, headers=all_headers, timeout=self.timeout, allow_redirects=False)
+            except requests.ReadTimeout:
+                if method not in SAFE:
+                    raise
+                raw = self.http.request(method, url, headers=all_headers, timeout=self.timeout,
+                                        allow_redirects=False)  # a read: asked once more
         except requests.RequestException as exc:
             kind = classify(method, exc=exc, in_boot_grace=self.in_boot_grace)
             raise BmcError(f"{method} {path}: {type(exc).__name__}: {exc}"[:500], kind=kind, method=method,

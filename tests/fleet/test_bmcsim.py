@@ -334,3 +334,20 @@ def test_decommission_plugin_answers_carry_no_simulator_fields_and_its_test_inpu
                 control.request("POST", "bmcs/bmc-0001/decommission", bad)
         with pytest.raises(RuntimeError, match="404"):
             control.request("POST", "bmcs/bmc-0404/decommission", {})
+
+
+def test_a_read_that_times_out_is_asked_once_more_a_post_never():
+    """The transport asks a GET once more when its answer did not come in time (a read changes nothing); a POST
+    whose answer did not come is never sent again by the transport (AMBIGUOUS: the caller settles it)."""
+    with running_simulator(bmcs=1, faults=[{"kind": "timeout", "seconds": 1.0, "path": "/redfish/v1/Systems*"}]) as sim:
+        session = RedfishSession(sim.bmc_url("bmc-0001"), timeout=0.3)
+        control = SimulatorControl(sim.url)
+        with pytest.raises(BmcError) as read:
+            session.get("/redfish/v1/Systems")
+        assert read.value.kind == ErrorKind.INFRA
+        assert control.counters()["faults"]["timeout"] == 2  # the read, and the one more
+        with pytest.raises(BmcError) as post:
+            session.post("/redfish/v1/Systems/1/Actions/ComputerSystem.Reset", {"ResetType": "On"})
+        assert post.value.kind == ErrorKind.AMBIGUOUS
+        assert control.counters()["faults"]["timeout"] == 3  # sent once
+        assert session.get("/redfish/v1/UpdateService")["Id"] == "UpdateService"  # other paths answer

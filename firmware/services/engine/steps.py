@@ -304,26 +304,54 @@ def drain(results: queue.Queue) -> list[tuple[RolloutTarget, Outcome]]:
 
 def finish_detached(target: RolloutTarget, outcome: Outcome, ctx: StepContext) -> None:
     """A step that ended after its chunk went on (see ``run_steps``): its thread writes the result itself, sends the
-    target on if it can go on at once, and counts a success. Whatever fails here is left to the lease."""
+    target on if it can go on at once (``continue_later``: gathered into chunks), and counts a success. Whatever
+    fails here is left to the lease."""
     try:
         if outcome is LOST:
             return
         if outcome is LEFT or outcome is BUSY:
             release([target], ctx.claims, seconds=0 if outcome is LEFT else 1)
             if outcome is LEFT:
-                send_steps([[(target.pk, target.version)]])
+                continue_later((target.pk, target.version))
             return
         if isinstance(outcome, AlreadyApplied):
             if outcome.applied:
-                send_steps([[(target.pk, target.version)]])
+                continue_later((target.pk, target.version))
             return
         if apply_one(target, outcome):
             if outcome.again_now:
-                send_steps([[(target.pk, target.version + 1)]])
+                continue_later((target.pk, target.version + 1))
             if outcome.succeeded is not None:
                 flush_successes(SimpleNamespace(succeeded=[outcome.succeeded], specs=ctx.specs))
     except Exception:
         logger.exception("rollout target %s: writing a detached step failed", target.pk)
+
+
+GATHER_SECONDS = 0.1  # detached steps that go on at once are sent together, this long after the first of them
+_gathered: list[tuple[int, int]] = []
+_gather_lock = threading.Lock()
+
+
+def continue_later(pair: tuple[int, int]) -> None:
+    """Send a detached step's target on, in one message with the others that ended within GATHER_SECONDS (one
+    message per target would make the next chunks one target each, worked one after the other)."""
+    with _gather_lock:
+        _gathered.append(pair)
+        first = len(_gathered) == 1
+    if first:
+        timer = threading.Timer(GATHER_SECONDS, send_gathered)
+        timer.daemon = True
+        timer.start()
+
+
+def send_gathered() -> None:
+    with _gather_lock:
+        pairs = list(_gathered)
+        _gathered.clear()
+    try:
+        send_steps(chunks_of(pairs))
+    except Exception:  # the broker: their leases bring them back
+        logger.exception("rollout: sending %d continued targets failed", len(pairs))
 
 
 def write_results(pending: list[tuple[RolloutTarget, Outcome]], result: StepsResult, ctx: StepContext) -> None:
