@@ -323,6 +323,7 @@ def finish_detached(target: RolloutTarget, outcome: Outcome, ctx: StepContext) -
                 continue_later((target.pk, target.version + 1))
             if outcome.succeeded is not None:
                 flush_successes(SimpleNamespace(succeeded=[outcome.succeeded], specs=ctx.specs))
+        drains_send(ctx)  # a drain this step recorded after its chunk sent the others (idempotent per hold)
     except Exception:
         logger.exception("rollout target %s: writing a detached step failed", target.pk)
 
