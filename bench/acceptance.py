@@ -203,6 +203,7 @@ def main() -> None:  # noqa: PLR0915
     from procurement.models import Vendor
 
     call_command("migrate", verbosity=0)
+    call_command("createcachetable", verbosity=0)  # the pages' cache without REDIS_URL (as make setup does)
     say(f"database {url.rsplit('/', 1)[-1]}; {loadavg()}")
     rng = random.Random(args.seed)
     actor = SystemActor("bench")
