@@ -341,7 +341,8 @@ def _heatmap_layout_postgres() -> tuple[list[int], dict[str, Any], dict[int, int
 
     One statement sorts the ~12,000 servers (site, row, rack, rack unit, hostname) with each server's GPUs
     already in slot order as an array: sorting 100,000 joined GPU rows on all eleven keys cost three times as
-    much (0.8-0.9 s against 0.3 s on 95,000 GPUs), and the order is the same."""
+    much (0.8-0.9 s against 0.3 s on 95,000 GPUs, measured with other test runs sharing the machine, load ~4),
+    and the order is the same."""
     now = time.monotonic()
     kept = _layout["kept"]  # one tuple: gunicorn's threads never mix two layouts
     if kept is not None and now - _layout["at"] < LAYOUT_MAX_AGE:
