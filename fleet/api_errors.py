@@ -38,6 +38,8 @@ from rest_framework.settings import api_settings
 from rest_framework.views import exception_handler as drf_exception_handler
 from rest_framework.views import set_rollback
 
+from fleet.negotiation import JSON_RENDERER
+
 API_PREFIX = "/api/"
 
 
@@ -129,7 +131,7 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
     if request is not None:
         renderer = getattr(request, "accepted_renderer", None)
         if not isinstance(renderer, renderers.JSONRenderer | renderers.BrowsableAPIRenderer):
-            request.accepted_renderer, request.accepted_media_type = renderers.JSONRenderer(), "application/json"
+            request.accepted_renderer, request.accepted_media_type = JSON_RENDERER, "application/json"
     return response
 
 

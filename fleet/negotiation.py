@@ -5,10 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 from django.http import Http404
-from rest_framework import exceptions, renderers
+from rest_framework import exceptions
 from rest_framework.negotiation import DefaultContentNegotiation
 
-JSON_RENDERER = renderers.JSONRenderer()
+from fleet.renderers import JSONRenderer
+
+JSON_RENDERER = JSONRenderer()
 
 
 class StrictContentNegotiation(DefaultContentNegotiation):

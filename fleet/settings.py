@@ -203,6 +203,8 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["fleet.roles.RolePermission"],
+    # DRF's JSON encoded by orjson (fleet/renderers.py: the same JSON, a tenth of the CPU on large answers)
+    "DEFAULT_RENDERER_CLASSES": ["fleet.renderers.JSONRenderer", "rest_framework.renderers.BrowsableAPIRenderer"],
     "DEFAULT_PAGINATION_CLASS": "fleet.pagination.IdCursorPagination",
     "PAGE_SIZE": 50,
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],

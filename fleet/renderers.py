@@ -1,0 +1,40 @@
+"""The API's JSON renderer: DRF's JSONRenderer, encoded by orjson.
+
+Why: Python's ``json`` encoder was the largest single cost of the API under load. The fleet heatmap document
+(four parallel arrays over 100,000 GPUs) took 24 ms of CPU to encode with ``json.dumps`` and 2.4 ms with
+``orjson.dumps`` (the same document, measured in one process); on a 100-GPU API page the encoder's share
+falls from about 0.3 ms to a few hundredths.
+
+The output is the same JSON DRF writes (compact, UTF-8, ``\\u2028``/``\\u2029`` escaped): dates, times and
+everything orjson does not know natively go through DRF's own encoder (``default``), so a datetime still reads
+``...Z``. A pretty-printed answer (the browsable API, ``; indent=``) and anything orjson refuses (an integer
+wider than 64 bits) fall back to DRF's renderer as it is."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from rest_framework import renderers
+from rest_framework.utils.encoders import JSONEncoder
+
+_OPTIONS = orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_NON_STR_KEYS
+_default = JSONEncoder().default
+
+
+class JSONRenderer(renderers.JSONRenderer):
+    def render(self, data: Any, accepted_media_type: str | None = None,
+               renderer_context: dict | None = None) -> bytes:
+        if data is None:
+            return b""
+        if (self.get_indent(accepted_media_type, renderer_context or {}) is not None or self.ensure_ascii
+                or not self.compact):
+            return super().render(data, accepted_media_type, renderer_context)
+        try:
+            ret = orjson.dumps(data, default=_default, option=_OPTIONS)
+        except orjson.JSONEncodeError:
+            return super().render(data, accepted_media_type, renderer_context)
+        if b"\xe2\x80\xa8" in ret or b"\xe2\x80\xa9" in ret:  # kept a strict JavaScript subset, as DRF does
+            ret = ret.replace(b"\xe2\x80\xa8", b"\\u2028").replace(b"\xe2\x80\xa9", b"\\u2029")
+        return ret
+
