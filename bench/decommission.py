@@ -83,11 +83,6 @@ def seed(n: int, sim: SimulatorProcess) -> list:  # type: ignore[type-arg]
     return servers
 
 
-def workers_cpu(workers: list[subprocess.Popen]) -> float:  # type: ignore[type-arg]
-    """CPU seconds (user + system) of the worker processes and their children so far (Linux ``/proc``)."""
-    return processes_cpu(workers)
-
-
 def workers_ready(n: int, timeout: float = 180) -> None:
     """Wait until ``n`` workers answer a ping: their start-up (Django set-up, checks) is not under test."""
     from fleet.celery import app
@@ -155,7 +150,7 @@ def run(args: argparse.Namespace, url: str, broker: str) -> dict[str, float]:  #
             workers.append(subprocess.Popen(  # noqa: S603 - our own interpreter
                 wrap + command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         workers_ready(len(workers))
-        cpu0, own0, sim0 = workers_cpu(workers), time.process_time(), workers_cpu([sim.proc])
+        cpu0, own0, sim0 = processes_cpu(workers), time.process_time(), processes_cpu([sim.proc])
         profiler = None
         if args.profile:
             from pyinstrument import Profiler
@@ -194,8 +189,8 @@ def run(args: argparse.Namespace, url: str, broker: str) -> dict[str, float]:  #
         say(f"certify: {args.servers:,} servers, {media:,} media, {certs:,} certificates in {certify_s:.1f} s "
             f"(inventory {t_inv:.1f} s, agents uploaded by {t_agents:.1f} s, sanitized {t_san:.1f} s, "
             f"validated {t_val:.1f} s, certified {certify_s:.1f} s; {loadavg()})")
-        worker_cpu, own_cpu = workers_cpu(workers) - cpu0, time.process_time() - own0
-        sim_cpu = workers_cpu([sim.proc]) - sim0
+        worker_cpu, own_cpu = processes_cpu(workers) - cpu0, time.process_time() - own0
+        sim_cpu = processes_cpu([sim.proc]) - sim0
         if profiler is not None:
             profiler.stop()
             (Path(args.profile) / "bench.txt").write_text(profiler.output_text(show_all=False))

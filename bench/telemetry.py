@@ -45,6 +45,7 @@ import os
 import statistics
 import sys
 import time
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 from pathlib import Path
 
@@ -58,14 +59,31 @@ TARGETS = {"ingest_samples_per_s": 10_000, "write_ratio": 1 / 3, "bytes_per_samp
            "chart_1y_p95_ms": 150, "compact_day_s": 3600}
 
 
-def timed(fn, repeat: int) -> tuple[float, list[float], object]:  # type: ignore[no-untyped-def]
+def timed(fn, repeat: int, *, after=None) -> tuple[float, list[float], object]:  # type: ignore[no-untyped-def]
+    """``fn(i)`` for i in range(repeat), each timed after a ``gc.collect()``: the median, every time, the last
+    result. ``after()`` (untimed) follows each run: the merge that ingest defers."""
     times, result = [], None
     for i in range(repeat):
         gc.collect()
         started = time.perf_counter()
         result = fn(i)
         times.append(time.perf_counter() - started)
+        if after is not None:
+            after()
     return statistics.median(times), times, result
+
+
+def warm_p95(fn: Callable[[int], object], items: Sequence[int]) -> float:
+    """p95 of ``fn(item)``'s wall time over ``items``, warm: a first pass untimed, then the timed one."""
+    for item in items:
+        fn(item)
+    times = []
+    for item in items:
+        started = time.perf_counter()
+        fn(item)
+        times.append(time.perf_counter() - started)
+    times.sort()
+    return times[min(len(times) - 1, int(len(times) * 0.95))]
 
 
 def main() -> None:
@@ -163,14 +181,7 @@ def main() -> None:
     def ingest(i: int) -> int:
         return ingest_scrape(scrapes[i % 2], stamps[1 + i])
 
-    ingest_s, ingest_all, samples = 0.0, [], 0
-    for i in range(args.repeat):
-        gc.collect()
-        started = time.perf_counter()
-        samples = ingest(i)
-        ingest_all.append(time.perf_counter() - started)
-        merge()
-    ingest_s = statistics.median(ingest_all)
+    ingest_s, ingest_all, samples = timed(ingest, args.repeat, after=merge)
     ingest_rate = samples / ingest_s
     # Visible: the rate at which samples reach the pages (ingest AND the merge that makes them visible).
     visible_rate = samples / statistics.median(t + sum(m.seconds.values()) for t, m in zip(ingest_all, merges,
@@ -216,14 +227,8 @@ def main() -> None:
             with transaction.atomic():
                 store_.write_samples(rows)
 
-    write_all = []
-    for i in range(args.repeat):
-        gc.collect()
-        started = time.perf_counter()
-        write(i)
-        write_all.append(time.perf_counter() - started)
-        merge()
-    write_rate = n_rows / statistics.median(write_all)
+    write_s, write_all, _ = timed(write, args.repeat, after=merge)
+    write_rate = n_rows / write_s
     with connection.cursor() as cursor:
         cursor.execute("DROP TABLE IF EXISTS bench_raw_copy")
         cursor.execute("CREATE TABLE bench_raw_copy (ts timestamptz NOT NULL, gpu_id integer NOT NULL, power_w real, "
@@ -335,16 +340,11 @@ def main() -> None:
     backfill_1h(picks, year_start, end)
     chart_metrics = ("gpu_temp", "mem_temp", "power", "sm_clock", "tlimit", "throttle", "xid", "ecc_dbe")
 
-    def chart_1y(gpu_id: int) -> float:
-        started = time.perf_counter()
+    def chart_1y(gpu_id: int) -> None:
         for metric in chart_metrics:
             selectors.history(scope="gpu", scope_id=gpu_id, metric=metric, start=year_start, end=end)
-        return time.perf_counter() - started
 
-    for gpu_id in picks:
-        chart_1y(gpu_id)
-    chart_times = sorted(chart_1y(gpu_id) for gpu_id in picks)
-    chart_1y_p95 = chart_times[min(len(chart_times) - 1, int(len(chart_times) * 0.95))]
+    chart_1y_p95 = warm_p95(chart_1y, picks)
     say(f"1-year chart of one GPU (8 metrics x 8,760 hourly points, {len(picks)} GPUs, warm): p95 "
         f"{chart_1y_p95 * 1000:.0f} ms  target <= {TARGETS['chart_1y_p95_ms']} ms")
     chart_1y_api_p95 = chart_api_p95(picks, chart_metrics, year_start, end)
@@ -412,8 +412,7 @@ def chart_api_p95(picks: list[int], metrics: tuple[str, ...], start, end) -> flo
         "bench-chart", "bench@example.invalid", None)
     view, factory = HistoryView.as_view(), APIRequestFactory()
 
-    def chart(gpu_id: int) -> float:
-        started = time.perf_counter()
+    def chart(gpu_id: int) -> None:
         for metric in metrics:
             request = factory.get("/api/v1/telemetry/history/", {"scope": "gpu", "id": gpu_id, "metric": metric,
                                                                   "start": start.isoformat(), "end": end.isoformat()})
@@ -421,12 +420,8 @@ def chart_api_p95(picks: list[int], metrics: tuple[str, ...], start, end) -> flo
             response = view(request)
             response.render()
             assert response.status_code == 200, response.content[:200]
-        return time.perf_counter() - started
 
-    for gpu_id in picks:
-        chart(gpu_id)
-    times = sorted(chart(gpu_id) for gpu_id in picks)
-    return times[min(len(times) - 1, int(len(times) * 0.95))]
+    return warm_p95(chart, picks)
 
 
 def prometheus_figures(args, selectors, Gpu) -> dict:  # type: ignore[no-untyped-def]  # noqa: N803

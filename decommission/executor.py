@@ -39,7 +39,7 @@ from decommission import reconcile
 from decommission.canonical import sha256_hex
 from decommission.clock import db_in, db_now
 from decommission.models import Asset, AssetState, EvidenceEvent, MediaState, MediaType, Medium, RequestState
-from decommission.scheduler_gate import asset_wait
+from decommission.scheduler_gate import assets_gate
 from decommission.services.agent import agent_media, agent_media_done
 from decommission.services.evidence import event_append, events_append_many
 from decommission.services.steps import Outcome, media_finish_many, outcomes_write
@@ -118,6 +118,7 @@ class Ctx:
     asset_fields: dict[str, object] = field(default_factory=dict)  # written with the next outcomes
     archived: set[int] = field(default_factory=set)  # media whose logs are archived
     waits_for_agent: bool = False
+    waits_for_scheduler: bool = False  # the chunk's scheduler gate (assets_gate): its node not drained and idle
 
     def done(self, medium: Medium, state: str, **kwargs: object) -> None:
         """An outcome, written with the next fenced record or at the end of the run (one transaction)."""
@@ -465,7 +466,8 @@ def _first_batch(ctx: Ctx, by_type: dict[str, list[Medium]]) -> None:
 
 def asset_run(ctx: Ctx) -> str:
     """Run ``ctx.asset``'s next steps until one must wait or everything is done."""
-    if asset_wait(ctx):  # h19: no wipe step before the scheduler's node is drained and idle
+    if ctx.waits_for_scheduler:  # h19: no wipe step before the scheduler's node is drained and idle
+        ctx.wait_seconds = settings.FLEET_SCHEDULER_POLL_SECONDS
         return WAIT
     if not ctx.asset.system_uri:
         ctx.asset.system_uri = ctx.asset_fields["system_uri"] = reconcile.system_uri(ctx.session)
@@ -531,8 +533,10 @@ def run_due(*, limit: int | None = None) -> int:
     budget = TimeBudget.for_task()
     due = Asset.objects.filter(state=AssetState.SANITIZING, request__state=RequestState.SANITIZING, hold_reason="")
     ran = 0
-    for lease in lease_due(due, limit=limit or settings.DECOMMISSION_CHUNK,
-                           seconds=settings.DECOMMISSION_LEASE_SECONDS, now=db_now()):
+    leases = lease_due(due, limit=limit or settings.DECOMMISSION_CHUNK, seconds=settings.DECOMMISSION_LEASE_SECONDS,
+                       now=db_now())
+    gate = assets_gate(leases)  # the chunk's servers: their drains, one scheduler read for all their nodes
+    for lease in leases:
         asset = Asset.objects.select_related("request", "server").get(pk=lease.pk)
         if asset.server_id is None:  # a loose board: already out of power; its InfoROM is recorded
             loose_gpu_finish(asset)
@@ -541,7 +545,10 @@ def run_due(*, limit: int | None = None) -> int:
         if budget.expired():
             lease_release(lease, next_run_at=db_now())
             continue
-        ctx = Ctx(lease, asset, session_for(asset.server.bmc_address), budget)
+        if asset.pk in gate.lost:
+            continue  # another worker owns it now (its drain was not sent by us)
+        ctx = Ctx(lease, asset, session_for(asset.server.bmc_address), budget,
+                  waits_for_scheduler=asset.pk in gate.waiting)
         grace = (asset.boot_grace_until - db_now()).total_seconds() if asset.boot_grace_until else 0.0
         ctx.session.expect_reboot(max(0.0, grace))  # the grace is the database's, not this process's memory
         held: Held | None = None

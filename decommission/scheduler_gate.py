@@ -1,57 +1,91 @@
 """Decommission waits for an idle, drained node before any wipe step (docs/scheduler.md).
 
-``asset_wait(ctx)`` is the executor's first call for a server (``asset_run``): without a scheduler it returns
-False at once. With one it records a hold for the asset (inventory.scheduler.holds: committed before the drain is
-sent), sends the drain fenced by the asset's lease, and returns True (wait, ``ctx.wait_seconds`` set) while a job
-still runs on the node or the node is not yet drained or down. A decommissioned server never returns: its hold is
-never released (the node stays drained; removing it from slurm.conf is the operator's step).
+``assets_gate(leases)`` is the executor's first call for a chunk of leased assets (``run_due``): without a
+scheduler it answers at once that every asset goes on. With one it records a hold per server asset
+(inventory.scheduler.holds: committed before the drain is sent), sends the drains still to be sent (one read under
+the nodes' locks, one DRAIN per node, each fenced by its asset's lease), then reads every held node's state in
+ONE read, and answers per asset: ``waiting`` while a job still runs on its node or the node is not yet drained
+or down (or the scheduler could not be asked), ``lost`` when its lease was taken over before its drain left (the
+caller skips it: another worker owns it), neither: go on. The reading is the chunk's: a drained, idle node takes
+no new job, so it still holds when the chunk reaches a later asset (a person resuming the node meanwhile is
+the race every reading has). A decommissioned server never returns: its hold is never released (the node stays
+drained; removing it from slurm.conf is the operator's step).
 ``asset_waits(request)`` is what the request page shows per server. It decides nothing on time: the hold's times
-are the database's (inventory.scheduler.holds) and the executor turns ``wait_seconds`` into ``next_run_at`` on the
-database's clock (decommission.clock)."""
+are the database's (inventory.scheduler.holds) and the executor turns the poll interval into ``next_run_at`` on
+the database's clock (decommission.clock)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 
-from django.conf import settings
 from django.utils import timezone
 
 from decommission.models import Asset, DecommissionRequest
-from fleet.execution import fenced
+from fleet.execution import Lease, LostLease, fenced
 from inventory import scheduler
 from inventory.models import HoldState, SchedulerHold, SchedulerNode
 from inventory.scheduler import SchedulerError, holds
+
+
+@dataclass
+class Gate:
+    """A chunk's answer: the assets (ids) that wait for their node, those whose lease another worker took."""
+
+    waiting: set[int] = field(default_factory=set)
+    lost: set[int] = field(default_factory=set)
 
 
 def asset_hold_key(asset: Asset) -> str:
     return f"decommission-asset:{asset.pk}"
 
 
-def asset_wait(ctx: Any) -> bool:
-    """True while the asset's node is not drained and idle (``ctx.wait_seconds`` set); False: go on."""
-    asset = ctx.asset
-    if scheduler.configured() is None or asset.server_id is None:
-        return False
-    try:
-        hold = holds.hold_request(key=asset_hold_key(asset), server=asset.server,
-                                  reason=f"decommission {asset.request} ({asset.label})")
-        if hold.state == HoldState.REQUESTED:
-            hold = holds.hold_drain(hold, check=lambda: fenced(ctx.lease))
-        if hold.state == HoldState.REQUESTED:  # not sent yet (hold_drain raises then; never wipe on it)
-            ctx.wait_seconds = settings.FLEET_SCHEDULER_POLL_SECONDS
-            return True
-        if hold.state not in (HoldState.HELD, HoldState.FOREIGN):
-            return False  # the scheduler does not know the node
-        live = holds.node_live(hold.node)
-    except SchedulerError:
-        ctx.wait_seconds = settings.FLEET_SCHEDULER_POLL_SECONDS
+def assets_gate(leases: Sequence[Lease]) -> Gate:
+    """Which leased assets may not start a wipe step now (see the module docstring). At most two scheduler reads
+    whatever the number of assets: one when a drain is still to be sent, one for the nodes' state."""
+    gate = Gate()
+    sched = scheduler.configured()
+    if sched is None or not leases:
+        return gate
+    by_pk = {lease.pk: lease for lease in leases}
+    assets = list(Asset.objects.filter(pk__in=list(by_pk), server__isnull=False).select_related("request", "server")
+                  .order_by("id"))
+    of_hold = {asset_hold_key(a): a.pk for a in assets}
+
+    def owned(hold: SchedulerHold) -> bool:  # the fence, just before the node's DRAIN leaves
+        try:
+            fenced(by_pk[of_hold[hold.key]])
+        except LostLease:
+            gate.lost.add(of_hold[hold.key])
+            return False
         return True
-    if live is None or (not live.jobs and (live.drain or live.down)):
-        return False
-    holds.node_record(live, asset.server)
-    ctx.wait_seconds = settings.FLEET_SCHEDULER_POLL_SECONDS
-    return True
+
+    found = holds.holds_request([(asset_hold_key(a), a.server, f"decommission {a.request} ({a.label})")
+                                 for a in assets])
+    try:
+        found = holds.holds_drain(found, check=owned)
+        held: dict[int, tuple[Asset, str]] = {}
+        for asset, hold in zip(assets, found, strict=True):
+            if hold.state == HoldState.REQUESTED:  # not sent yet: never wipe on it
+                if asset.pk not in gate.lost:
+                    gate.waiting.add(asset.pk)
+            elif hold.state in (HoldState.HELD, HoldState.FOREIGN):
+                held[asset.pk] = (asset, hold.node)
+            # else the scheduler does not know the node: go on
+        if not held:
+            return gate
+        sched.invalidate()
+        live_nodes = sched.node_state(sorted({node for _, node in held.values()}))
+    except SchedulerError:
+        gate.waiting.update(a.pk for a in assets if a.pk not in gate.lost)
+        return gate
+    for pk, (asset, node) in held.items():
+        live = live_nodes.get(node)
+        if live is None or (not live.jobs and (live.drain or live.down)):
+            continue
+        holds.node_record(live, asset.server)
+        gate.waiting.add(pk)
+    return gate
 
 
 @dataclass

@@ -400,6 +400,9 @@ FLEET_SCHEDULER_TIMEOUT_SECONDS = float(os.environ.get("FLEET_SCHEDULER_TIMEOUT_
 FLEET_SCHEDULER_CACHE_SECONDS = float(os.environ.get("FLEET_SCHEDULER_CACHE_SECONDS", "1"))  # one read per process
 FLEET_SCHEDULER_REASON_PREFIX = os.environ.get("FLEET_SCHEDULER_REASON_PREFIX", "fleet:")  # marks Fleet's drains
 FLEET_SCHEDULER_POLL_SECONDS = float(os.environ.get("FLEET_SCHEDULER_POLL_SECONDS", "5"))  # waiting for jobs
+# The users of Fleet's Slurm maintenance reservations (``Users=``: only they could run jobs in one); one user or a
+# comma-separated list, each known to the cluster.
+FLEET_SLURM_RESERVATION_USER = os.environ.get("FLEET_SLURM_RESERVATION_USER", "root").strip()
 # Never drain more than this % of a scheduler partition's nodes at once across rollouts (0 = no cap).
 FLEET_SCHEDULER_PARTITION_MAX_DRAIN_PERCENT = float(os.environ.get("FLEET_SCHEDULER_PARTITION_MAX_DRAIN_PERCENT",
                                                                    "0"))

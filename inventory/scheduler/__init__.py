@@ -26,7 +26,7 @@ def configured() -> Scheduler | None:
     """The configured backend (one per process and configuration), or None without a scheduler."""
     global _backend
     key = (settings.FLEET_SCHEDULER, settings.SLURM_CONF, settings.FLEET_SCHEDULER_TIMEOUT_SECONDS,
-           settings.FLEET_SCHEDULER_CACHE_SECONDS)
+           settings.FLEET_SCHEDULER_CACHE_SECONDS, settings.FLEET_SLURM_RESERVATION_USER)
     if _backend is None or _backend[0] != key:
         _backend = (key, _make(*key))
     return _backend[1]
@@ -39,13 +39,13 @@ def forget() -> None:
     _backend = None
 
 
-def _make(kind: str, conf: str, timeout: float, cache: float) -> Scheduler | None:
+def _make(kind: str, conf: str, timeout: float, cache: float, reservation_user: str) -> Scheduler | None:
     if not kind:
         return None
     if kind == "slurm":
         from inventory.scheduler.slurm import SlurmScheduler
 
-        return SlurmScheduler(conf=conf, timeout=timeout, cache_seconds=cache)
+        return SlurmScheduler(conf=conf, timeout=timeout, cache_seconds=cache, reservation_user=reservation_user)
     raise ValueError(f"FLEET_SCHEDULER={kind!r}: one of '' (none), 'slurm' (kubernetes: not yet, docs/scheduler.md)")
 
 

@@ -16,7 +16,7 @@ Times are the database's (``fleet.clock``).
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from django.db import transaction
 
@@ -24,7 +24,7 @@ from fleet.clock import db_now
 from fleet.execution import flushed, record_once
 from inventory.models import ReservationState, SchedulerReservation
 from inventory.models.scheduler import RESERVATION_OPEN
-from inventory.scheduler import SchedulerError, configured
+from inventory.scheduler import Scheduler, SchedulerError, configured
 
 
 def reservation_request(*, name: str, owner: str, owner_id: int, nodes: Sequence[str], start: dt.datetime,
@@ -40,24 +40,19 @@ def reservations_send(reservations: Iterable[SchedulerReservation]) -> int:
     sched = configured()
     if sched is None:
         return 0
-    created = 0
-    for reservation in reservations:
-        if reservation.state != ReservationState.REQUESTED:
-            continue
-        now = db_now()
-        start = max(reservation.starts_at, now)
-        seconds = int((reservation.ends_at - start).total_seconds())
-        if seconds <= 0:  # its window passed before it could be sent
-            _set(reservation, ReservationState.ENDED, "its window passed before it was created", ended_at=now)
-            continue
-        try:
-            sched.reserve(reservation.name, reservation.nodes, start, seconds)
-        except SchedulerError as exc:
-            _set(reservation, ReservationState.REQUESTED, f"not created yet: {exc}")
-            continue
-        _set(reservation, ReservationState.CREATED, "", created_at=now)
-        created += 1
-    return created
+    return sum(_create(sched, r) for r in reservations if r.state == ReservationState.REQUESTED)
+
+
+def _create(sched: Scheduler, reservation: SchedulerReservation) -> bool:
+    now = db_now()
+    start = max(reservation.starts_at, now)
+    seconds = int((reservation.ends_at - start).total_seconds())
+    if seconds <= 0:  # its window passed before it could be sent
+        _set(reservation, ReservationState.ENDED, "its window passed before it was created", ended_at=now)
+        return False
+    return _sent(reservation, lambda: sched.reserve(reservation.name, reservation.nodes, start, seconds),
+                 failed=(ReservationState.REQUESTED, "not created yet"), done=(ReservationState.CREATED, ""),
+                 created_at=now)
 
 
 def reservations_end(reservations: Iterable[SchedulerReservation]) -> int:
@@ -70,21 +65,32 @@ def reservations_end(reservations: Iterable[SchedulerReservation]) -> int:
         flushed()
         SchedulerReservation.objects.filter(pk__in=[r.pk for r in ending], state=ReservationState.CREATED).update(
             state=ReservationState.ENDING)
-    ended = 0
-    for reservation in SchedulerReservation.objects.filter(pk__in=[r.pk for r in ending]).order_by("id"):
-        now = db_now()
-        if reservation.state == ReservationState.REQUESTED:  # never created: nothing to delete
-            _set(reservation, ReservationState.ENDED, "ended before it was created", ended_at=now)
-            ended += 1
-            continue
-        try:
-            sched.unreserve(reservation.name)
-        except SchedulerError as exc:
-            _set(reservation, ReservationState.ENDING, f"not deleted yet: {exc}")
-            continue
-        _set(reservation, ReservationState.ENDED, "deleted", ended_at=now)
-        ended += 1
-    return ended
+    return sum(_delete(sched, r) for r in SchedulerReservation.objects.filter(pk__in=[r.pk for r in ending])
+               .order_by("id"))
+
+
+def _delete(sched: Scheduler, reservation: SchedulerReservation) -> bool:
+    now = db_now()
+    if reservation.state == ReservationState.REQUESTED:  # never created: nothing to delete
+        _set(reservation, ReservationState.ENDED, "ended before it was created", ended_at=now)
+        return True
+    return _sent(reservation, lambda: sched.unreserve(reservation.name),
+                 failed=(ReservationState.ENDING, "not deleted yet"), done=(ReservationState.ENDED, "deleted"),
+                 ended_at=now)
+
+
+def _sent(reservation: SchedulerReservation, send: Callable[[], None], *, failed: tuple[str, str],
+          done: tuple[str, str], **times: dt.datetime) -> bool:
+    """Send one reservation's request: one the scheduler refuses (or cannot be asked) leaves the reservation in
+    ``failed``'s state with the error as its note (the next call sends it again); one that succeeds records
+    ``done``'s state and note and ``times``. Returns whether it was sent."""
+    try:
+        send()
+    except SchedulerError as exc:
+        _set(reservation, failed[0], f"{failed[1]}: {exc}")
+        return False
+    _set(reservation, *done, **times)
+    return True
 
 
 def _set(reservation: SchedulerReservation, state: str, note: str, **times: dt.datetime) -> None:

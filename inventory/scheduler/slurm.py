@@ -22,12 +22,18 @@ from typing import Any
 from inventory.scheduler.base import NodeState, Scheduler, SchedulerError
 
 _SIMPLE_HOSTS = re.compile(r"^[A-Za-z0-9_.-]+(,[A-Za-z0-9_.-]+)*$")
+_USERS = re.compile(r"^[A-Za-z0-9_.@-]+(,[A-Za-z0-9_.@-]+)*$")
 
 
 class SlurmScheduler(Scheduler):
     name = "slurm"
 
-    def __init__(self, *, conf: str = "", timeout: float = 10.0, cache_seconds: float = 1.0) -> None:
+    def __init__(self, *, conf: str = "", timeout: float = 10.0, cache_seconds: float = 1.0,
+                 reservation_user: str = "root") -> None:
+        if not _USERS.match(reservation_user):
+            raise ValueError(f"FLEET_SLURM_RESERVATION_USER={reservation_user!r}: a user name or a comma-separated "
+                             "list of them")
+        self.reservation_user = reservation_user
         self.env = {**os.environ, **({"SLURM_CONF": conf} if conf else {})}
         self.timeout = timeout
         self.cache_seconds = cache_seconds
@@ -117,12 +123,13 @@ class SlurmScheduler(Scheduler):
 
     def reserve(self, name: str, nodes: Sequence[str], start: dt.datetime, seconds: int) -> None:
         """A maintenance reservation (MAINT: the scheduler places no job on the nodes that would run into it;
-        IGNORE_JOBS: it is created whatever runs there now). scontrol reads StartTime in this process's local
-        time zone (it sends epoch seconds)."""
+        IGNORE_JOBS: it is created whatever runs there now), for ``FLEET_SLURM_RESERVATION_USER`` (only they could
+        run jobs in it). scontrol reads StartTime in this process's local time zone (it sends epoch seconds)."""
         try:
             self._run("scontrol", "create", "reservation", f"ReservationName={name}", f"Nodes={','.join(nodes)}",
                       f"StartTime={start.astimezone().replace(tzinfo=None):%Y-%m-%dT%H:%M:%S}",
-                      f"Duration={max(1, -(-seconds // 60))}", "Flags=MAINT,IGNORE_JOBS", "Users=root")
+                      f"Duration={max(1, -(-seconds // 60))}", "Flags=MAINT,IGNORE_JOBS",
+                      f"Users={self.reservation_user}")
         except SchedulerError as exc:
             if "Duplicate reservation name" not in str(exc):
                 raise  # a worker that died after creating it: it is there, nothing more to do

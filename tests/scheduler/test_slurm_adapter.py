@@ -38,9 +38,19 @@ def test_node_state_jobs_drain_and_resume_only_with_our_reason(slurm):
 def test_maintenance_reservation(slurm):
     sched = scheduler.configured()
     sched.reserve("fleet-test", ["gpu03"], timezone.now() + dt.timedelta(minutes=5), 600)
-    assert "fleet-test" in slurm.run("scontrol", "show", "reservation")
+    shown = slurm.run("scontrol", "show", "reservation", "fleet-test")
+    assert "fleet-test" in shown and "Users=root " in shown  # FLEET_SLURM_RESERVATION_USER's default
     sched.unreserve("fleet-test")
     assert "fleet-test" not in slurm.run("scontrol", "show", "reservation", check=False)
+
+
+def test_the_reservation_user_is_a_setting(slurm, settings):
+    settings.FLEET_SLURM_RESERVATION_USER = "nobody"
+    scheduler.configured().reserve("fleet-test-user", ["gpu03"], timezone.now() + dt.timedelta(minutes=5), 600)
+    assert "Users=nobody " in slurm.run("scontrol", "show", "reservation", "fleet-test-user")
+    settings.FLEET_SLURM_RESERVATION_USER = "root Flags=FLEX"  # one more scontrol argument: refused
+    with pytest.raises(ValueError, match="FLEET_SLURM_RESERVATION_USER"):
+        scheduler.configured()
 
 
 def _server(name):
