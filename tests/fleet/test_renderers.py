@@ -18,7 +18,7 @@ UTC = dt.UTC
 DOCUMENTS = [
     {"gpus": list(range(1000)), "values": [None, 45, -3, 2**40] * 250, "at": dt.datetime(2026, 12, 5, 15, 0, tzinfo=UTC)},
     {"serial": "1650724012345", "uuid": uuid.UUID("4d2e5a8c-1b2f-4c6d-9e0f-123456789abc"), "price": decimal.Decimal("1.50"),
-     "when": dt.datetime(2026, 12, 5, 15, 0, 1, 250000, tzinfo=UTC), "naive": dt.datetime(2026, 1, 2, 3, 4, 5),
+     "when": dt.datetime(2026, 12, 5, 15, 0, 1, 250000, tzinfo=UTC), "naive": dt.datetime(2026, 1, 2, 3, 4, 5),  # noqa: DTZ001 - a naive one too
      "offset": dt.datetime(2026, 6, 1, 12, 0, tzinfo=dt.timezone(dt.timedelta(hours=2))), "day": dt.date(2026, 2, 28),
      "time": dt.time(23, 59, 58), "duration": dt.timedelta(minutes=90), "lazy": gettext_lazy("Spare"),
      "text": "Hall B \u2013 row 7 \u2028 line \u2029 para \u00e9\u4e2d", "nested": [{"a": [1.5, 0.1, 1e16, -0.0]}],
