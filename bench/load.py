@@ -112,47 +112,53 @@ class Client:
         raise AssertionError("unreachable")
 
 
+def pick(kind: str, rng: random.Random, fixtures: dict) -> tuple[str, bool]:
+    """The path of one request of ``kind`` (not ``api_cursor``: that follows a list's ``next``), and whether it
+    is an API request. bench/request_cpu.py draws the same paths."""
+    if kind in ("api_list", "api_filtered"):
+        query = "?" + urlencode({"site": rng.choice(fixtures["sites"]), "state": rng.choice(STATES)}) \
+            if kind == "api_filtered" else ""
+        return f"/api/v1/gpus/{query}", True
+    if kind == "serial":
+        return "/api/v1/gpus/?" + urlencode({fixtures["serial_param"]: rng.choice(fixtures["serials"])}), True
+    if kind == "html_list":
+        return "/gpus/", False
+    if kind == "html_deep":
+        return f"/gpus/?after={rng.choice(fixtures['ids'])}", False
+    if kind == "html_filtered":
+        return "/gpus/?" + urlencode({"site": rng.choice(fixtures["sites"]), "state": rng.choice(STATES)}), False
+    if kind == "html_sorted":
+        return f"/gpus/?sort={rng.choice(('serial', 'state', '-id'))}", False
+    if kind == "gpu_page":
+        return f"/gpus/{rng.choice(fixtures['ids'])}/", False
+    if kind == "heatmap":
+        return "/api/v1/telemetry/heatmap/", True
+    raise ValueError(kind)
+
+
+def next_path(body: bytes) -> str | None:
+    """The path of an API list page's ``next`` link (None on the last page)."""
+    following = json.loads(body).get("next")
+    return urlsplit(following)._replace(scheme="", netloc="").geturl() if following else None
+
+
 def client_thread(port: int, cookie: str, token: str, fixtures: dict, until: float, seed: int,
                   out: list[tuple[str, int, float]]) -> None:
     rng = random.Random(seed)
     client = Client(port, cookie, token)
     kinds = [kind for kind, weight in MIX for _ in range(weight)]
-    serial_param = fixtures["serial_param"]
     while time.perf_counter() < until:
         kind = rng.choice(kinds)
         try:
+            path, api = pick(kind, rng, fixtures)
+            status, body, seconds = client.get(path, api=api)
+            out.append((kind, status, seconds))
             if kind in ("api_list", "api_filtered"):
-                query = "?" + urlencode({"site": rng.choice(fixtures["sites"]), "state": rng.choice(STATES)}) \
-                    if kind == "api_filtered" else ""
-                status, body, seconds = client.get(f"/api/v1/gpus/{query}", api=True)
-                out.append((kind, status, seconds))
                 pages = rng.randint(0, 4)
-                while status == 200 and pages and time.perf_counter() < until:
-                    following = json.loads(body).get("next")
-                    if not following:
-                        break
-                    status, body, seconds = client.get(urlsplit(following)._replace(scheme="", netloc="").geturl(),
-                                                       api=True)
+                while status == 200 and pages and time.perf_counter() < until and (path := next_path(body)):
+                    status, body, seconds = client.get(path, api=True)
                     out.append(("api_cursor", status, seconds))
                     pages -= 1
-                continue
-            if kind == "serial":
-                path = "/api/v1/gpus/?" + urlencode({serial_param: rng.choice(fixtures["serials"])})
-                status, _, seconds = client.get(path, api=True)
-            elif kind == "html_list":
-                status, _, seconds = client.get("/gpus/", api=False)
-            elif kind == "html_deep":
-                status, _, seconds = client.get(f"/gpus/?after={rng.choice(fixtures['ids'])}", api=False)
-            elif kind == "html_filtered":
-                query = urlencode({"site": rng.choice(fixtures["sites"]), "state": rng.choice(STATES)})
-                status, _, seconds = client.get(f"/gpus/?{query}", api=False)
-            elif kind == "html_sorted":
-                status, _, seconds = client.get(f"/gpus/?sort={rng.choice(('serial', 'state', '-id'))}", api=False)
-            elif kind == "gpu_page":
-                status, _, seconds = client.get(f"/gpus/{rng.choice(fixtures['ids'])}/", api=False)
-            else:
-                status, _, seconds = client.get("/api/v1/telemetry/heatmap/", api=True)
-            out.append((kind, status, seconds))
         except Exception:  # noqa: BLE001 - a connection error is an error of the run, counted
             out.append((kind, -1, 0.0))
 

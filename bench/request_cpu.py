@@ -24,12 +24,15 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from benchlib import bench_database_url, loadavg, say
+from load import MIX, next_path, pick
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-KINDS = ("api_list", "api_cursor", "serial", "html_list", "html_deep", "heatmap")
-# Requests of each kind per 100 picks of bench/load.py's MIX (an API list visit pages on 2 times on average).
-WEIGHTS = {"api_list": 25, "api_cursor": 50, "serial": 20, "html_list": 25, "html_deep": 20, "heatmap": 10}
+# Requests of each kind per 100 picks of bench/load.py's MIX: an API list visit (plain or filtered) pages on
+# 0-4 times, 2 on average.
+WEIGHTS = {**{kind: weight for kind, weight in MIX if weight}, "api_cursor": 2 * sum(
+    weight for kind, weight in MIX if kind in ("api_list", "api_filtered"))}
+KINDS = tuple(WEIGHTS)
 
 
 def main() -> None:
@@ -52,31 +55,30 @@ def main() -> None:
     from django.test import Client
 
     from fleet.tokens import token_create
-    from inventory.models import Gpu
+    from inventory.models import Gpu, Site
 
     user = get_user_model().objects.get(username="viewer")
     token = token_create(user=user, name="request-cpu", scope="read", actor=user)[1]
     html, api = Client(), Client(HTTP_AUTHORIZATION=f"Token {token}")
     html.force_login(user)
-    rows = list(Gpu.objects.exclude(serial=None).order_by("id").values_list("id", "serial")[:1000])
     rng = random.Random(1)
-    first = api.get("/api/v1/gpus/").json()
-    cursors = [urlsplit(first["next"])._replace(scheme="", netloc="").geturl()]
-    for _ in range(3):
-        cursors.append(urlsplit(api.get(cursors[-1]).json()["next"])._replace(scheme="", netloc="").geturl())
+    rows = rng.sample(list(Gpu.objects.exclude(serial=None).values_list("id", "serial")), 1000)
+    fixtures = {"ids": [row[0] for row in rows], "serials": [row[1] for row in rows], "serial_param": "serial",
+                "sites": list(Site.objects.values_list("code", flat=True))}
+    # Cursor pages as load.py's clients reach them: 1-4 pages on from plain and filtered first pages.
+    cursors: list[str] = []
+    for kind in ("api_list", "api_filtered") * 10:
+        path: str | None = pick(kind, rng, fixtures)[0]
+        for _ in range(rng.randint(1, 4)):
+            path = next_path(api.get(path).content) if path else None
+            if path:
+                cursors.append(path)
 
     def request(kind: str):  # type: ignore[no-untyped-def]
-        if kind == "api_list":
-            return api.get("/api/v1/gpus/")
         if kind == "api_cursor":
             return api.get(rng.choice(cursors))
-        if kind == "serial":
-            return api.get("/api/v1/gpus/", {"serial": rng.choice(rows)[1]})
-        if kind == "html_list":
-            return html.get("/gpus/")
-        if kind == "html_deep":
-            return html.get("/gpus/", {"after": rng.choice(rows)[0]})
-        return api.get("/api/v1/telemetry/heatmap/")
+        path, is_api = pick(kind, rng, fixtures)
+        return (api if is_api else html).get(path)
 
     gc.collect()
     gc.freeze()
