@@ -34,7 +34,10 @@ class JSONRenderer(renderers.JSONRenderer):
             ret = orjson.dumps(data, default=_default, option=_OPTIONS)
         except orjson.JSONEncodeError:
             return super().render(data, accepted_media_type, renderer_context)
-        if b"\xe2\x80\xa8" in ret or b"\xe2\x80\xa9" in ret:  # kept a strict JavaScript subset, as DRF does
+        # U+2028 and U+2029 escaped (a strict JavaScript subset, as DRF writes it). Both start with the byte E2:
+        # one byte is looked for with memchr (0.03 ms in the 1.8 MB heatmap document), the 3-byte sequences
+        # are not (2.2 ms), so they are looked for only where an E2 is.
+        if b"\xe2" in ret and (b"\xe2\x80\xa8" in ret or b"\xe2\x80\xa9" in ret):
             ret = ret.replace(b"\xe2\x80\xa8", b"\\u2028").replace(b"\xe2\x80\xa9", b"\\u2029")
         return ret
 
