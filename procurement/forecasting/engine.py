@@ -110,25 +110,43 @@ def cell_stats(h: History, *, as_of: float, lead_days: float, method: Method = A
     b = method.buckets
     edges = as_of - MONTH * np.arange(b, -1, -1, dtype=float)
     weights = 0.5 ** ((b - 1 - np.arange(b)) / method.half_life) if math.isfinite(method.half_life) else np.ones(b)
+    mids = (edges[:-1] + edges[1:]) / 2
 
-    # Boards in service before as_of and not gone before the window: the others add no exposure.
+    # Boards in service before as_of and not gone before the window: the others add no exposure. Most were in
+    # service through the whole window: each adds every bucket's full length, and its stratum moves to an older
+    # age band at most twice, so they are summed per board, not per board and bucket (about half the CPU time on
+    # the benchmark's 100,000 boards; the same sums to 1e-13).
     live = (h.start < as_of) & (h.end > edges[0])
-    start, end, cell, batch = h.start[live], np.minimum(h.end[live], as_of), h.cell[live], h.batch[live] + 1
+    whole = live & (h.start <= edges[0]) & (h.end >= as_of)
+    span = np.diff(edges) / YEAR
+    cell, start, stratum = h.cell[whole], h.start[whole], (h.batch[whole] + 1) * N_BANDS
+    exposure = np.bincount(cell, minlength=n_cells)[:, None] * span[None, :]
+    weighted = np.concatenate([[0.0], np.cumsum(span * weights)])  # weighted exposure of buckets 0 .. k-1
+    strat_exp = np.zeros(n_cells * n_strata)
+    first = np.zeros(len(start), dtype=int)  # the first bucket (by its middle) in the board's age band
+    for band, age in enumerate([*AGE_BANDS, math.inf]):
+        after = np.searchsorted(mids, start + age) if math.isfinite(age) else np.full(len(start), b)
+        strat_exp += np.bincount(cell * n_strata + stratum + band, weights=weighted[after] - weighted[first],
+                                 minlength=n_cells * n_strata)
+        first = after
+
+    part = live & ~whole
+    start, end, cell, batch = h.start[part], np.minimum(h.end[part], as_of), h.cell[part], h.batch[part] + 1
     lo = np.maximum(start[:, None], edges[None, :-1])
     hi = np.minimum(end[:, None], edges[None, 1:])
     expo = np.clip(hi - lo, 0, None) / YEAR  # (gpus, buckets)
-    exposure = np.bincount((cell[:, None] * b + np.arange(b)[None, :]).ravel(), weights=expo.ravel(),
-                           minlength=n_cells * b).reshape(n_cells, b)
-    mids = (edges[:-1] + edges[1:]) / 2
+    exposure += np.bincount((cell[:, None] * b + np.arange(b)[None, :]).ravel(), weights=expo.ravel(),
+                            minlength=n_cells * b).reshape(n_cells, b)
     strata_gb = batch[:, None] * N_BANDS + _band(mids[None, :] - start[:, None])
     flat = (cell[:, None] * n_strata + strata_gb).ravel()
-    strat_exp = np.bincount(flat, weights=(expo * weights[None, :]).ravel(),
-                            minlength=n_cells * n_strata).reshape(n_cells, n_strata)
-    now = end >= as_of
-    aged = _band(as_of + lead_days / 2 - start[now])
-    strat_now = np.bincount(cell[now] * n_strata + batch[now] * N_BANDS + aged,
+    strat_exp = (strat_exp + np.bincount(flat, weights=(expo * weights[None, :]).ravel(),
+                                         minlength=n_cells * n_strata)).reshape(n_cells, n_strata)
+    now = live & (h.end >= as_of)
+    start, cell, batch = h.start[now], h.cell[now], h.batch[now] + 1
+    aged = _band(as_of + lead_days / 2 - start)
+    strat_now = np.bincount(cell * n_strata + batch * N_BANDS + aged,
                             minlength=n_cells * n_strata).reshape(n_cells, n_strata).astype(float)
-    installed = np.bincount(cell[now], minlength=n_cells).astype(float)
+    installed = np.bincount(cell, minlength=n_cells).astype(float)
 
     fm = (h.fail_day < as_of) & (h.fail_day >= edges[0])
     fday, fcell = h.fail_day[fm], h.fail_cell[fm]
