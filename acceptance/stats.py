@@ -14,10 +14,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.apps import apps
+from django.db.models import Q
 from django.utils import timezone
 from scipy import stats as sps
 
-from acceptance.gate import policy_for
+from acceptance.gate import policies_for
 from inventory.models import Gpu, GpuState, GpuStateChange
 
 ALPHA = 0.01  # per-batch false-positive rate of the batch flag
@@ -120,37 +121,46 @@ def batch_flags(units: Iterable[Unit], alpha: float = ALPHA) -> list[BatchFlag]:
 
 # --- the fleet's data --------------------------------------------------------------------------------------------
 
-def fleet_units(*, as_of: dt.date | None = None) -> list[Unit]:
+def fleet_units(*, as_of: dt.date | None = None, groups: bool = True) -> list[Unit]:
     """Every GPU with a service date (procurement's asset) whose early window has closed, or that already failed
     early, plus every GPU that failed burn-in. Early = a recorded failure within the model policy's
-    ``infant_days`` of entering service, or a burn-in failure."""
-    as_of = as_of or timezone.localdate()
+    ``infant_days`` of entering service, or a burn-in failure. With ``as_of``, only rows dated before it count (a
+    service start, a failure, a burn-in failure on or after it reads as "not yet"): the spares forecast and its
+    backtest ask as of past dates. Without it, everything recorded so far, and windows closed by today. Without
+    ``groups`` a unit's vendor, batch and site are left blank (the model is all the forecast reads: the fleet's
+    100,000 assets are read without a join)."""
     try:
         asset_model = apps.get_model("procurement", "GpuAsset")
         failure_model = apps.get_model("procurement", "Failure")
     except LookupError:
         return []
-    burn_failed = set(GpuStateChange.objects.filter(to_state=GpuState.BURN_IN_FAILED).values_list("gpu_id", flat=True))
+    changes, failures, assets = GpuStateChange.objects.all(), failure_model.objects.all(), asset_model.objects.all()
+    if as_of is not None:
+        changes = changes.filter(at__lt=dt.datetime.combine(as_of, dt.time(), tzinfo=dt.UTC))
+        failures = failures.filter(failed_on__lt=as_of)
+        assets = assets.filter(Q(in_service_on__lt=as_of) | Q(gpu_id__in=changes.filter(
+            to_state=GpuState.BURN_IN_FAILED).values("gpu_id")))
+    today = as_of or timezone.localdate()
+    burn_failed = set(changes.filter(to_state=GpuState.BURN_IN_FAILED).values_list("gpu_id", flat=True))
     first_failure: dict[int, dt.date] = {}
-    for gpu_id, day in failure_model.objects.order_by("failed_on").values_list("gpu_id", "failed_on"):
+    for gpu_id, day in failures.order_by("failed_on").values_list("gpu_id", "failed_on"):
         first_failure.setdefault(gpu_id, day)
-    windows: dict[int | None, int] = {}
+    models = dict(apps.get_model("inventory", "GpuModel").objects.values_list("pk", "name"))
+    windows = {m: p.infant_days for m, p in policies_for(models).items()}
+    extra = ("batch", "delivery_id", "order_line__order__vendor__name", "site__code") if groups else ()
     units = []
     seen: set[int] = set()
-    rows = asset_model.objects.select_related("model", "site", "delivery", "order_line__order__vendor").order_by("id")
-    for a in rows.iterator(chunk_size=2000):
-        seen.add(a.gpu_id)
-        if a.model_id not in windows:
-            windows[a.model_id] = policy_for(a.model_id).infant_days
-        days = windows[a.model_id]
-        failed = first_failure.get(a.gpu_id)
-        early = a.gpu_id in burn_failed or bool(
-            a.in_service_on and failed and 0 <= (failed - a.in_service_on).days <= days)
-        if not early and (a.in_service_on is None or (as_of - a.in_service_on).days < days):
+    for gpu_id, model_id, in_service_on, *more in assets.order_by("id").values_list(
+            "gpu_id", "model_id", "in_service_on", *extra).iterator(chunk_size=5000):
+        seen.add(gpu_id)
+        days = windows[model_id]
+        failed = first_failure.get(gpu_id)
+        early = gpu_id in burn_failed or bool(in_service_on and failed and 0 <= (failed - in_service_on).days <= days)
+        if not early and (in_service_on is None or (today - in_service_on).days < days):
             continue  # still inside its window with no failure yet: not counted either way
-        vendor = a.order_line.order.vendor.name if a.order_line_id else ""
-        batch = a.batch or (f"delivery {a.delivery_id}" if a.delivery_id else "")
-        units.append(Unit(model=a.model.name, vendor=vendor, batch=batch, site=a.site.code if a.site_id else "",
+        batch, delivery_id, vendor, site = more or ("", None, "", "")
+        units.append(Unit(model=models[model_id], vendor=vendor or "",
+                          batch=batch or (f"delivery {delivery_id}" if delivery_id else ""), site=site or "",
                           early_failure=early))
     units.extend(Unit(model=gpu.model.name, vendor="", batch="", site=gpu.site.code if gpu.site_id else "",
                       early_failure=True)
@@ -175,11 +185,11 @@ def infant_mortality_report(*, as_of: dt.date | None = None) -> Report:
 def youngest_band_rates(*, as_of: dt.date | None = None) -> dict[str, dict[str, Any]]:
     """Per GPU model name: the measured early-failure probability within the window, the window in days and the
     count behind it; what the spares forecast uses for its youngest age band."""
-    units = fleet_units(as_of=as_of)
+    units = fleet_units(as_of=as_of, groups=False)
     out: dict[str, dict[str, Any]] = {}
-    windows = {m: policy_for(pk).infant_days for m, pk in
-               apps.get_model("inventory", "GpuModel").objects.values_list("name", "pk")}
+    names = dict(apps.get_model("inventory", "GpuModel").objects.values_list("name", "pk"))
+    windows = {m: p.infant_days for m, p in policies_for(names.values()).items()}
     for r in rates(units, "model"):
         out[r.key] = {"probability": r.rate, "low": r.low, "high": r.high, "n": r.n, "k": r.k,
-                      "window_days": windows.get(r.key, 90)}
+                      "window_days": windows[names[r.key]] if r.key in names else 90}
     return out
