@@ -14,13 +14,16 @@ from procurement.forecasting import backtest as bt
 from procurement.forecasting import engine, synthetic
 
 ORIGINS = bt.month_starts(dt.date(2016, 1, 1), dt.date(2019, 12, 1))
+# Months of history from 2015-01: through 2020-03, so that the last origin's lead time (2019-12-01 + 90 days) lies
+# inside it (60 months end 2019-12-31: the last two windows would count one and two months of failures, not three).
+MONTHS = 63
 TUNING_SEEDS = (1, 2, 3)
 TEST_SEEDS = (4, 5, 6)
 
 
 def run(scenario, method, seed, gpus=10_000, calibrate=True):
     assert seed not in TUNING_SEEDS
-    h = synthetic.generate(scenario, gpus=gpus, seed=seed).history()
+    h = synthetic.generate(scenario, gpus=gpus, seed=seed, months=MONTHS).history()
     return bt.backtest(h, np.ones(len(h.cells), bool), origins=ORIGINS, lead_days=90, target=0.95, method=method,
                        calibrate=calibrate)
 
@@ -50,12 +53,15 @@ def test_bursts_reach_the_target_where_plain_poisson_does_not(seed):
     assert adaptive.policy.mean_stock < 0.75 * adaptive.rules["2%"].mean_stock, figures(adaptive)
 
 
-@pytest.mark.xfail(reason="A held-out shortfall: on seeds 4-6 the 1 % rule reaches the target with 100 (fill "
-                          "0.951-0.999) while the policy holds 104-133 (fill 0.952-0.985). It takes the 1 % rule at "
-                          "26-35 of 48 origins, but a larger sizing where the windows before an origin showed the "
-                          "rule short, and the forecast's own stock while the forecast alerts (docs/procurement.md)",
-                   strict=False)
-@pytest.mark.parametrize("seed", TEST_SEEDS)
+DOMINATED = pytest.mark.xfail(reason="A held-out shortfall: on seeds 4 and 6 the 1 % rule reaches the target with "
+                                     "100 (fill 0.973, 0.999) while the policy holds 128 and 104 (fill 0.952, 0.985). "
+                                     "It takes the 1 % rule at 35 and 26 of 48 origins, but a larger sizing where the "
+                                     "windows before an origin showed the rule short, and the forecast's own stock "
+                                     "while the forecast alerts (docs/procurement.md). On seed 5 the 1 % rule is short "
+                                     "(0.947)", strict=True)
+
+
+@pytest.mark.parametrize("seed", [pytest.param(s, marks=DOMINATED) if s in (4, 6) else s for s in TEST_SEEDS])
 def test_bursts_are_not_dominated_by_a_fixed_rule(seed):
     adaptive = run("bursts", engine.ADAPTIVE, seed)
     assert bt.dominated_by(adaptive.as_dict()) == [], figures(adaptive)
