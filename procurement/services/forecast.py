@@ -254,8 +254,9 @@ def _calibration(history: History, of_model: np.ndarray, *, as_of: dt.date, lead
     past = bt.backtest(history, of_model, origins=origins, lead_days=lead_days, target=target, method=method,
                        calibrate=False)
     rows = past.origins
-    return bt.choose(np.array([r["forecast"] for r in rows], float), np.array([r["installed"] for r in rows], float),
-                     np.array([r["demand"] for r in rows], float), target=target)
+    column = lambda key: np.array([r[key] for r in rows], float)  # noqa: E731
+    return bt.choose(column("forecast"), column("installed"), column("demand"), target=target,
+                     alerts=column("alert").astype(bool))
 
 
 def _previous_leads(as_of: dt.date) -> dict[int, int]:
@@ -323,7 +324,7 @@ def forecast_compute(*, as_of: dt.date | None = None, method: str = "adaptive", 
         fleet_f = scope_forecast(stats, of_model, target=target_fill_rate(), method=m,
                                  infant_rate=infant.get(model_id, {}).get("rate"),
                                  infant_weight=infant.get(model_id, {}).get("k", 1.0))
-        fleet_rec = bt.sized(choice, fleet_f.recommended, fleet_f.installed, bool(fleet_f.alert)) if (
+        fleet_rec = int(bt.sized(choice, fleet_f.recommended, fleet_f.installed, bool(fleet_f.alert))) if (
             fleet_f.installed) else fleet_f.recommended
         factor = fleet_rec / fleet_f.recommended if fleet_f.recommended else 1.0
         for kind, site_id, pool, mask, target in scopes:
