@@ -1,0 +1,51 @@
+"""The engine's per-cell sums against a plain count: every board, every monthly bucket, its time in service in it
+and its age band at the bucket's middle (boards that start or end on a bucket's edge, inside one bucket, on the
+day they start, before or after the window)."""
+
+import numpy as np
+import pytest
+
+from procurement.forecasting import engine
+
+
+def plain_sums(h: engine.History, as_of: float, lead_days: float) -> dict[str, np.ndarray]:
+    m = engine.ADAPTIVE
+    b, n_cells, n_strata = m.buckets, len(h.cells), (len(h.batches) + 1) * engine.N_BANDS
+    edges = [as_of - engine.MONTH * (b - k) for k in range(b + 1)]
+    weights = [0.5 ** ((b - 1 - k) / m.half_life) for k in range(b)]
+    exposure, strat = np.zeros((n_cells, b)), np.zeros((n_cells, n_strata))
+    now, installed = np.zeros((n_cells, n_strata)), np.zeros(n_cells)
+    for start, end, cell, batch in zip(h.start, h.end, h.cell, h.batch, strict=True):
+        for k in range(b):
+            years = max(min(end, as_of, edges[k + 1]) - max(start, edges[k]), 0) / engine.YEAR
+            age = (edges[k] + edges[k + 1]) / 2 - start
+            band = sum(age >= limit for limit in engine.AGE_BANDS)
+            exposure[cell, k] += years
+            strat[cell, (batch + 1) * engine.N_BANDS + band] += years * weights[k]
+        if start < as_of <= end:
+            band = sum(as_of + lead_days / 2 - start >= limit for limit in engine.AGE_BANDS)
+            now[cell, (batch + 1) * engine.N_BANDS + band] += 1
+            installed[cell] += 1
+    return {"exposure": exposure, "strat_exp": strat, "strat_now": now, "installed": installed}
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_cell_sums_match_a_plain_count(seed):
+    rng = np.random.default_rng(seed)
+    as_of = 20_000.0
+    window = engine.MONTH * engine.ADAPTIVE.buckets
+    edges = as_of - engine.MONTH * np.arange(engine.ADAPTIVE.buckets + 1)
+    n = 400
+    start = np.floor(rng.uniform(as_of - 2.5 * window, as_of + 30, n))
+    start[:20] = np.floor(edges[rng.integers(0, len(edges), 20)])  # on (the day of) a bucket's edge
+    length = np.where(rng.random(n) < 0.5, engine.NEVER, np.floor(rng.exponential(400, n)))
+    length[20:30] = 0  # gone the day they started
+    end = np.minimum(start + length, engine.NEVER)
+    end[30:40] = edges[rng.integers(0, len(edges), 10)]  # ending exactly on an edge
+    end = np.maximum(end, start)
+    cells, batches = [(1, 1), (2, 1), (3, 2)], ["B1", "B2"]
+    h = engine.History(start, end, rng.integers(0, 3, n), rng.integers(-1, 2, n), np.empty(0), np.empty(0, int),
+                       np.empty(0, int), np.empty(0), cells, batches)
+    stats = engine.cell_stats(h, as_of=as_of, lead_days=90)
+    for name, expected in plain_sums(h, as_of, 90).items():
+        np.testing.assert_allclose(getattr(stats, name), expected, rtol=1e-12, atol=1e-12, err_msg=name)
