@@ -126,8 +126,9 @@ def cell_stats(h: History, *, as_of: float, lead_days: float, method: Method = A
     span = np.diff(edges) / YEAR
     weighted = np.concatenate([[0.0], np.cumsum(span * weights)])  # weighted exposure of buckets 0 .. k-1
     flat = cell * b
+    # (float: numpy's bincount of nothing is an integer array, even with weights)
     exposure = (np.bincount(flat + first, weights=head, minlength=n_cells * b)
-                + np.bincount(flat + last, weights=tail, minlength=n_cells * b)).reshape(n_cells, b)
+                + np.bincount(flat + last, weights=tail, minlength=n_cells * b)).reshape(n_cells, b).astype(float)
     whole = last > first + 1  # whole buckets first + 1 .. last - 1
     steps = (np.bincount(flat[whole] + first[whole] + 1, minlength=n_cells * b)
              - np.bincount(flat[whole] + last[whole], minlength=n_cells * b)).reshape(n_cells, b)
@@ -136,7 +137,7 @@ def cell_stats(h: History, *, as_of: float, lead_days: float, method: Method = A
     strat_exp = (np.bincount(flat + _band(mids[first] - start), weights=head * weights[first],
                              minlength=n_cells * n_strata)
                  + np.bincount(flat + _band(mids[last] - start), weights=tail * weights[last],
-                               minlength=n_cells * n_strata))
+                               minlength=n_cells * n_strata)).astype(float)
     band_from = np.zeros(len(start), dtype=int)  # the first bucket (by its middle) in each age band
     for band, age in enumerate([*AGE_BANDS, math.inf]):
         band_to = np.searchsorted(mids, start + age) if math.isfinite(age) else np.full(len(start), b)

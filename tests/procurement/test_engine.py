@@ -49,3 +49,10 @@ def test_cell_sums_match_a_plain_count(seed):
     stats = engine.cell_stats(h, as_of=as_of, lead_days=90)
     for name, expected in plain_sums(h, as_of, 90).items():
         np.testing.assert_allclose(getattr(stats, name), expected, rtol=1e-12, atol=1e-12, err_msg=name)
+
+
+def test_a_history_with_no_board_in_the_window():
+    h = engine.History(np.array([30_000.0]), np.array([float(engine.NEVER)]), np.array([0]), np.array([-1]),
+                       np.empty(0), np.empty(0, int), np.empty(0, int), np.empty(0), [(1, 1)], [])
+    stats = engine.cell_stats(h, as_of=20_000.0, lead_days=90)
+    assert stats.exposure.sum() == stats.strat_exp.sum() == stats.installed.sum() == 0
