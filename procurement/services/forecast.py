@@ -166,10 +166,14 @@ def spares_by_cell(*, as_of: dt.date) -> dict[tuple[Any, Any], int]:
                "LEFT JOIN procurement_gpuasset a ON a.gpu_id = g.id WHERE g.state = 'spare' GROUP BY 1, 2")
         params: dict[str, Any] = {}
     else:
-        latest = ("SELECT DISTINCT ON (gpu_id) gpu_id, to_state FROM inventory_gpustatechange WHERE at < %(ts)s "
+        # The latest state before the date of each GPU that had been a spare by then (the others cannot be one:
+        # sorting every GPU's rows cost the benchmark's past forecast 0.1 s for 100,000 GPUs and no spare).
+        ever = ("gpu_id IN (SELECT gpu_id FROM inventory_gpustatechange WHERE to_state = 'spare' AND at < %(ts)s) "
+                "AND at < %(ts)s")
+        latest = (f"SELECT DISTINCT ON (gpu_id) gpu_id, to_state FROM inventory_gpustatechange WHERE {ever} "
                   "ORDER BY gpu_id, at DESC, id DESC") if connection.vendor == "postgresql" else (
                   "SELECT gpu_id, to_state FROM (SELECT gpu_id, to_state, ROW_NUMBER() OVER (PARTITION BY gpu_id "
-                  "ORDER BY at DESC, id DESC) AS n FROM inventory_gpustatechange WHERE at < %(ts)s) WHERE n = 1")
+                  f"ORDER BY at DESC, id DESC) AS n FROM inventory_gpustatechange WHERE {ever}) WHERE n = 1")
         placed = _PLACED.get(connection.vendor, _PLACED["postgresql"])
         sql = (f"SELECT {_DATED_SITE}, g.model_id, COUNT(*) FROM ({latest}) s "  # noqa: S608
                "JOIN inventory_gpu g ON g.id = s.gpu_id LEFT JOIN procurement_gpuasset a ON a.gpu_id = g.id "
