@@ -54,5 +54,31 @@ def test_cell_sums_match_a_plain_count(seed):
 def test_a_history_with_no_board_in_the_window():
     h = engine.History(np.array([30_000.0]), np.array([float(engine.NEVER)]), np.array([0]), np.array([-1]),
                        np.empty(0), np.empty(0, int), np.empty(0, int), np.empty(0), [(1, 1)], [])
-    stats = engine.cell_stats(h, as_of=20_000.0, lead_days=90)
-    assert stats.exposure.sum() == stats.strat_exp.sum() == stats.installed.sum() == 0
+    empty = engine.History(*(np.empty(0, t) for t in (float, float, int, int, float, int, int, float)), [(1, 1)], [])
+    for history in (h, h.collapsed(), empty, empty.collapsed()):
+        stats = engine.cell_stats(history, as_of=20_000.0, lead_days=90)
+        assert stats.exposure.sum() == stats.strat_exp.sum() == stats.installed.sum() == 0
+
+
+def test_a_collapsed_history_sums_the_same():
+    """GPUs sharing a start, an end, a cell and a batch collapse into one row that counts them: the same sums, the
+    same forecast, of the whole history and of a subset."""
+    rng = np.random.default_rng(7)
+    n = 3000
+    start = np.floor(rng.uniform(15_000, 20_000, 60))[rng.integers(0, 60, n)]  # 60 install days
+    end = np.where(rng.random(n) < 0.8, float(engine.NEVER), start + np.floor(rng.exponential(500, n)))
+    cell, batch = rng.integers(0, 4, n), rng.integers(-1, 3, n)
+    fail = end < engine.NEVER
+    h = engine.History(start, end, cell, batch, end[fail], cell[fail], batch[fail], start[fail],
+                       [(s, 1) for s in range(4)], ["B1", "B2", "B3"])
+    c = h.collapsed()
+    assert len(c.start) < n / 2 and c.boards.sum() == n
+    mask = np.array([True, False, True, False])
+    for whole, squeezed in ((h, c), (h.subset(mask), c.subset(mask))):
+        a = engine.cell_stats(whole, as_of=19_000.0, lead_days=90)
+        b = engine.cell_stats(squeezed, as_of=19_000.0, lead_days=90)
+        for name in ("counts", "exposure", "strat_fail", "strat_exp", "strat_now", "installed"):
+            np.testing.assert_allclose(getattr(b, name), getattr(a, name), rtol=1e-12, atol=1e-12, err_msg=name)
+        fa, fb = engine.scope_forecast(a, mask, target=0.95), engine.scope_forecast(b, mask, target=0.95)
+        assert (fa.recommended, fa.installed, fa.alert) == (fb.recommended, fb.installed, fb.alert)
+        assert fa.demand_mean == pytest.approx(fb.demand_mean, rel=1e-12)
