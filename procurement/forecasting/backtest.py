@@ -7,14 +7,14 @@ each lead-time window that a stock of that size, on hand at the origin, would ha
 
 Calibration (``choose``): the recommended stock learns from its own past errors. At each origin, the windows
 already over before it (origin + lead time <= this origin; the last ``CALIBRATION_MONTHS``) score candidate
-sizings: the forecast's stock times a scale (``SCALES``) and the fixed rules (``RULES``). A fixed rule qualifies
-when its past fill reaches the target, a sizing of the forecast when it reaches the target plus ``MARGIN``; the
-qualifying candidate with the least mean stock is used at this origin, so a rule that met the target with less
-stock on the history so far is never undercut by a dearer sizing. With none qualifying, the least stock that
-reaches the target, else the highest fill. With fewer than ``MIN_SCORED`` scored windows in which GPUs were in
-service the forecast is used as it is. While the forecast raises an alert (a rate change no past window shows)
-the stock is never below the forecast's own (``sized``). Nothing after the origin is read: the windows scored end
-before it.
+sizings: the forecast's stock times a scale (``SCALES``) and the fixed rules (``RULES``), each counted as the
+policy would hold it (``sized``: never below the forecast's own stock while the forecast alerts), so the stock a
+candidate is judged on is the stock the score counts when the policy uses it. A fixed rule qualifies when its past
+fill reaches the target, a sizing of the forecast when it reaches the target plus ``MARGIN``; the qualifying
+candidate with the least mean stock is used at this origin, so a rule that met the target with less stock on the
+history so far is never undercut by a dearer sizing. With none qualifying, the least stock that reaches the target,
+else the highest fill. With fewer than ``MIN_SCORED`` scored windows in which GPUs were in service the forecast is
+used as it is. Nothing after the origin is read: the windows scored end before it.
 """
 
 from __future__ import annotations
@@ -34,7 +34,8 @@ SCALES = (1.0, 1.1, 1.25, 1.5)  # of the forecast's stock (never below it: see d
 MIN_SCORED = 12  # scored windows with GPUs in service at their origin before calibration starts
 MARGIN = 0.03  # over the target: the past fill a sizing of the forecast needs (the next windows are not the past
 # ones); a fixed rule needs the target only, so the policy is never dearer than a rule that met it
-CALIBRATION_MONTHS = 24  # calibration learns from the last 24 windows over (monthly origins)
+CALIBRATION_MONTHS = 36  # calibration learns from the last 36 windows over (monthly origins): the backtest page's
+# three years, so that a sizing is judged on the windows the page scores it on
 
 
 def day(d: dt.date) -> int:
@@ -83,11 +84,6 @@ class Choice:
     base_fill: float | None = None  # the forecast's own (scale 1)
     base_stock: float | None = None
 
-    def apply(self, base: int | float, installed: int | float) -> int:
-        if self.kind == "rule":
-            return math.ceil(installed * self.value / 100)
-        return math.ceil(base * self.value - 1e-9)
-
     def as_dict(self) -> dict[str, object]:
         r = lambda v, n: None if v is None else round(v, n)  # noqa: E731
         return {"name": self.name, "kind": self.kind, "value": self.value, "scored": self.scored,
@@ -103,20 +99,30 @@ def _candidates() -> list[Choice]:
     return out + [Choice(f"{k}% rule", "rule", float(k), 0) for k in RULES]
 
 
-def choose(base: np.ndarray, installed: np.ndarray, demand: np.ndarray, *, target: float) -> Choice:
+def sized(choice: Choice, base, installed, alert):  # type: ignore[no-untyped-def]  # numbers or numpy arrays
+    """The stock ``choice`` holds at an origin (or at each of several, as arrays): a fixed rule's share of the
+    installed base rounded up as the backtest scores the rule, or the forecast's stock times the scale; while the
+    forecast raises an alert (a rate change no past window shows) never less than the forecast's own."""
+    if choice.kind == "rule":
+        stock = np.ceil(np.asarray(installed, float) * choice.value / 100)
+    else:
+        stock = np.ceil(np.asarray(base, float) * choice.value - 1e-9)
+    return np.where(alert, np.maximum(stock, np.ceil(np.asarray(base, float) - 1e-9)), stock)
+
+
+def choose(base: np.ndarray, installed: np.ndarray, demand: np.ndarray, *, target: float,
+           alerts: np.ndarray | None = None) -> Choice:
     """The sizing calibration uses, from the scored windows (``base``: the forecast's stock, ``installed``,
-    ``demand``: per window, all over before the origin): the least mean stock among the fixed rules whose fill
-    reached ``target`` and the sizings of the forecast whose fill reached ``target + MARGIN``; with none, the least
-    stock that reached ``target``; else the highest fill. The forecast as it is with fewer than ``MIN_SCORED``
-    windows in which GPUs were in service (a window before the first one is no evidence about sizing), or with no
-    demand yet."""
+    ``demand``, ``alerts``: per window, all over before the origin), each candidate held as ``sized`` holds it: the
+    least mean stock among the fixed rules whose fill reached ``target`` and the sizings of the forecast whose fill
+    reached ``target + MARGIN``; with none, the least stock that reached ``target``; else the highest fill. The
+    forecast as it is with fewer than ``MIN_SCORED`` windows in which GPUs were in service (a window before the
+    first one is no evidence about sizing), or with no demand yet."""
     n = int((installed > 0).sum())
     if n < MIN_SCORED or demand.sum() <= 0:
         return Choice("forecast", "forecast", 1.0, n)
-    scored = []
-    for c in _candidates():
-        stock = np.array([c.apply(b, i) for b, i in zip(base, installed, strict=True)], float)
-        scored.append((c, score(stock, demand)))
+    alerts = np.zeros(len(base), bool) if alerts is None else alerts
+    scored = [(c, score(sized(c, base, installed, alerts), demand)) for c in _candidates()]
     own = next(sc for c, sc in scored if c.kind == "forecast" and c.value == 1.0)
     need = {"rule": target, "forecast": target + MARGIN}
     cheapest = lambda x: (x[1].mean_stock, x[0].kind != "forecast", abs(x[0].value - 1))  # noqa: E731
@@ -132,13 +138,6 @@ def choose(base: np.ndarray, installed: np.ndarray, demand: np.ndarray, *, targe
                   own.mean_stock)
 
 
-def sized(choice: Choice, base: int | float, installed: int | float, alert: bool) -> int:
-    """The stock ``choice`` gives at an origin; while the forecast raises an alert (a rate change no past window
-    shows) never less than the forecast's own."""
-    stock = choice.apply(base, installed)
-    return max(stock, math.ceil(base - 1e-9)) if alert else stock
-
-
 def calibrated(base: np.ndarray, installed: np.ndarray, demand: np.ndarray, days: np.ndarray, *, lead_days: int,
                target: float, alerts: np.ndarray | None = None) -> tuple[np.ndarray, list[Choice]]:
     """Per origin (``days``, ascending), the stock of the sizing ``choose`` picks from the windows over before it."""
@@ -146,9 +145,9 @@ def calibrated(base: np.ndarray, installed: np.ndarray, demand: np.ndarray, days
     alerts = alerts if alerts is not None else np.zeros(len(base), bool)
     for i, o in enumerate(days):
         past = np.flatnonzero(days + lead_days <= o)[-CALIBRATION_MONTHS:]
-        c = choose(base[past], installed[past], demand[past], target=target)
+        c = choose(base[past], installed[past], demand[past], target=target, alerts=alerts[past])
         choices.append(c)
-        stock.append(sized(c, base[i], installed[i], bool(alerts[i])))
+        stock.append(sized(c, base[i], installed[i], alerts[i]))
     return np.array(stock, float), choices
 
 

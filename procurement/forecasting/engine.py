@@ -76,11 +76,29 @@ class History:
     fail_start: np.ndarray  # the failed GPU's in-service day (for its age)
     cells: list[tuple[object, object]] = field(default_factory=list)
     batches: list[str] = field(default_factory=list)
+    boards: np.ndarray | None = None  # how many GPUs each row stands for (None: one each; ``collapsed``)
 
     def subset(self, cell_mask: np.ndarray) -> History:
         g, f = cell_mask[self.cell], cell_mask[self.fail_cell]
         return History(self.start[g], self.end[g], self.cell[g], self.batch[g], self.fail_day[f], self.fail_cell[f],
-                       self.fail_batch[f], self.fail_start[f], self.cells, self.batches)
+                       self.fail_batch[f], self.fail_start[f], self.cells, self.batches,
+                       None if self.boards is None else self.boards[g])
+
+    def collapsed(self) -> History:
+        """The same history with the GPUs that share a start, an end, a cell and a batch as one row, ``boards``
+        counting them: GPUs go into service by the server and the delivery, so a forecast that reads the history
+        at many origins sums a third of the rows (the benchmark's 100,000 boards are 34,000 rows)."""
+        order = np.lexsort((self.batch, self.cell, self.end, self.start))
+        columns = [self.start[order], self.end[order], self.cell[order], self.batch[order]]
+        new = np.zeros(len(order), dtype=bool)  # a row unlike the one before it
+        new[:1] = True
+        for c in columns:
+            new[1:] |= c[1:] != c[:-1]
+        row = np.cumsum(new) - 1
+        boards = np.bincount(row, weights=None if self.boards is None else self.boards[order],
+                             minlength=int(new.sum())).astype(float)
+        return History(*(c[new] for c in columns), self.fail_day, self.fail_cell, self.fail_batch, self.fail_start,
+                       self.cells, self.batches, boards)
 
 
 @dataclass
@@ -100,7 +118,11 @@ class CellStats:
 
 
 def _band(age_days: np.ndarray) -> np.ndarray:
-    return np.searchsorted(AGE_BANDS, age_days, side="right")
+    """The age band of each age: how many band limits it has reached (two comparisons cost a sixth of a search)."""
+    band = np.zeros(np.shape(age_days), dtype=np.int64)
+    for limit in AGE_BANDS:
+        band += age_days >= limit
+    return band
 
 
 def cell_stats(h: History, *, as_of: float, lead_days: float, method: Method = ADAPTIVE) -> CellStats:
@@ -110,25 +132,49 @@ def cell_stats(h: History, *, as_of: float, lead_days: float, method: Method = A
     b = method.buckets
     edges = as_of - MONTH * np.arange(b, -1, -1, dtype=float)
     weights = 0.5 ** ((b - 1 - np.arange(b)) / method.half_life) if math.isfinite(method.half_life) else np.ones(b)
-
-    # Boards in service before as_of and not gone before the window: the others add no exposure.
-    live = (h.start < as_of) & (h.end > edges[0])
-    start, end, cell, batch = h.start[live], np.minimum(h.end[live], as_of), h.cell[live], h.batch[live] + 1
-    lo = np.maximum(start[:, None], edges[None, :-1])
-    hi = np.minimum(end[:, None], edges[None, 1:])
-    expo = np.clip(hi - lo, 0, None) / YEAR  # (gpus, buckets)
-    exposure = np.bincount((cell[:, None] * b + np.arange(b)[None, :]).ravel(), weights=expo.ravel(),
-                           minlength=n_cells * b).reshape(n_cells, b)
     mids = (edges[:-1] + edges[1:]) / 2
-    strata_gb = batch[:, None] * N_BANDS + _band(mids[None, :] - start[:, None])
-    flat = (cell[:, None] * n_strata + strata_gb).ravel()
-    strat_exp = np.bincount(flat, weights=(expo * weights[None, :]).ravel(),
-                            minlength=n_cells * n_strata).reshape(n_cells, n_strata)
-    now = end >= as_of
-    aged = _band(as_of + lead_days / 2 - start[now])
-    strat_now = np.bincount(cell[now] * n_strata + batch[now] * N_BANDS + aged,
+
+    # Boards in service before as_of and not gone before the window: the others add no exposure. A board's time in
+    # the window, [lo, hi), covers the rest of its first bucket, whole buckets, and the start of its last one; over
+    # the whole buckets its stratum moves to an older age band at most twice. So the sums are per board, not per
+    # board and bucket (a sixth of the CPU on the benchmark's 100,000 boards; the same sums to 1e-13).
+    boards = np.ones(len(h.start)) if h.boards is None else h.boards
+    live = (h.start < as_of) & (h.end > edges[0])
+    start, cell, stratum, n = h.start[live], h.cell[live], (h.batch[live] + 1) * N_BANDS, boards[live]
+    lo, hi = np.maximum(start, edges[0]), np.minimum(h.end[live], as_of)
+    first = np.searchsorted(edges, lo, side="right") - 1  # the buckets holding lo and hi
+    last = np.maximum(np.searchsorted(edges, hi, side="left") - 1, first)
+    head = np.clip(np.minimum(hi, edges[first + 1]) - lo, 0, None) * n / YEAR
+    tail = np.where(last > first, hi - edges[last], 0.0) * n / YEAR
+    span = np.diff(edges) / YEAR
+    weighted = np.concatenate([[0.0], np.cumsum(span * weights)])  # weighted exposure of buckets 0 .. k-1
+    flat = cell * b
+    # (float: numpy's bincount of nothing is an integer array, even with weights)
+    exposure = (np.bincount(flat + first, weights=head, minlength=n_cells * b)
+                + np.bincount(flat + last, weights=tail, minlength=n_cells * b)).reshape(n_cells, b).astype(float)
+    whole = last > first + 1  # whole buckets first + 1 .. last - 1
+    steps = (np.bincount(flat[whole] + first[whole] + 1, weights=n[whole], minlength=n_cells * b)
+             - np.bincount(flat[whole] + last[whole], weights=n[whole], minlength=n_cells * b)).reshape(n_cells, b)
+    exposure += np.cumsum(steps, axis=1) * span[None, :]
+    flat = cell * n_strata + stratum
+    strat_exp = (np.bincount(flat + _band(mids[first] - start), weights=head * weights[first],
+                             minlength=n_cells * n_strata)
+                 + np.bincount(flat + _band(mids[last] - start), weights=tail * weights[last],
+                               minlength=n_cells * n_strata)).astype(float)
+    band_from = np.zeros(len(start), dtype=int)  # the first bucket (by its middle) in each age band
+    for band, age in enumerate([*AGE_BANDS, math.inf]):
+        band_to = np.searchsorted(mids, start + age) if math.isfinite(age) else np.full(len(start), b)
+        top, bottom = np.minimum(band_to, last), np.maximum(band_from, first + 1)
+        strat_exp += np.bincount(flat + band, weights=np.where(top > bottom, weighted[top] - weighted[bottom], 0.0) * n,
+                                 minlength=n_cells * n_strata)
+        band_from = band_to
+    strat_exp = strat_exp.reshape(n_cells, n_strata)
+    now = live & (h.end >= as_of)
+    start, cell, batch, n = h.start[now], h.cell[now], h.batch[now] + 1, boards[now]
+    aged = _band(as_of + lead_days / 2 - start)
+    strat_now = np.bincount(cell * n_strata + batch * N_BANDS + aged, weights=n,
                             minlength=n_cells * n_strata).reshape(n_cells, n_strata).astype(float)
-    installed = np.bincount(cell[now], minlength=n_cells).astype(float)
+    installed = np.bincount(cell, weights=n, minlength=n_cells).astype(float)
 
     fm = (h.fail_day < as_of) & (h.fail_day >= edges[0])
     fday, fcell = h.fail_day[fm], h.fail_cell[fm]

@@ -150,7 +150,7 @@ def forecast_recompute(request: HtmxHttpRequest) -> HttpResponse:
 
 def _backtest(*, date_from: dt.date, date_to: dt.date, lead_days: int = 90) -> dict[str, Any]:
     """A backtest of every model (cached for an hour per window: it reads all history)."""
-    key = f"procurement:backtest:v3:{date_from.isoformat()}:{date_to.isoformat()}:{lead_days}"
+    key = f"procurement:backtest:v4:{date_from.isoformat()}:{date_to.isoformat()}:{lead_days}"
     result = cache.get(key)
     if result is None:
         result = backtest_run(date_from=date_from, date_to=date_to, lead_days=lead_days)

@@ -14,13 +14,16 @@ from procurement.forecasting import backtest as bt
 from procurement.forecasting import engine, synthetic
 
 ORIGINS = bt.month_starts(dt.date(2016, 1, 1), dt.date(2019, 12, 1))
+# Months of history from 2015-01: through 2020-03, so that the last origin's lead time (2019-12-01 + 90 days) lies
+# inside it (60 months end 2019-12-31: the last two windows would count one and two months of failures, not three).
+MONTHS = 63
 TUNING_SEEDS = (1, 2, 3)
 TEST_SEEDS = (4, 5, 6)
 
 
 def run(scenario, method, seed, gpus=10_000, calibrate=True):
     assert seed not in TUNING_SEEDS
-    h = synthetic.generate(scenario, gpus=gpus, seed=seed).history()
+    h = synthetic.generate(scenario, gpus=gpus, seed=seed, months=MONTHS).history()
     return bt.backtest(h, np.ones(len(h.cells), bool), origins=ORIGINS, lead_days=90, target=0.95, method=method,
                        calibrate=calibrate)
 
@@ -50,12 +53,16 @@ def test_bursts_reach_the_target_where_plain_poisson_does_not(seed):
     assert adaptive.policy.mean_stock < 0.75 * adaptive.rules["2%"].mean_stock, figures(adaptive)
 
 
-@pytest.mark.xfail(reason="A held-out shortfall: on seeds 4-6 the 1 % rule reaches the target with 100 (fill "
-                          "0.951-0.999) while the policy holds 104-133 (fill 0.952-0.985). It takes the 1 % rule at "
-                          "26-35 of 48 origins, but a larger sizing where the windows before an origin showed the "
-                          "rule short, and the forecast's own stock while the forecast alerts (docs/procurement.md)",
-                   strict=False)
-@pytest.mark.parametrize("seed", TEST_SEEDS)
+DOMINATED = pytest.mark.xfail(reason="A held-out shortfall: on seeds 4 and 6 the 1 % rule reaches the target with "
+                                     "100 (fill 0.973, 0.999) while the policy holds 115 and 104 (fill 0.951, 0.985). "
+                                     "It takes the 1 % rule (held at the forecast's own stock while the forecast "
+                                     "alerts) at 43 and 24 of 48 origins; the alerts of bursts are mostly false alarms, "
+                                     "and the rule alone is not a candidate: judged so, the tuning seeds' bad batch "
+                                     "fell to 0.925-0.931 (docs/procurement.md). On seed 5 the 1 % rule is short "
+                                     "(0.947)", strict=True)
+
+
+@pytest.mark.parametrize("seed", [pytest.param(s, marks=DOMINATED) if s in (4, 6) else s for s in TEST_SEEDS])
 def test_bursts_are_not_dominated_by_a_fixed_rule(seed):
     adaptive = run("bursts", engine.ADAPTIVE, seed)
     assert bt.dominated_by(adaptive.as_dict()) == [], figures(adaptive)
@@ -63,8 +70,9 @@ def test_bursts_are_not_dominated_by_a_fixed_rule(seed):
 
 @pytest.mark.parametrize("seed", TEST_SEEDS)
 def test_bad_batch_reaches_the_target_far_above_plain_poisson(seed):
-    """Held out, 0.958-0.966 against the 0.95 target (it was 0.934-0.962, short on seeds 4 and 5, before the
-    policy held the forecast's own stock while the forecast alerts); plain Poisson 0.78-0.81."""
+    """Held out, 0.959-0.966 against the 0.95 target with mean stock 132-141 (162-169 before calibration judged
+    each sizing as the policy holds it; 0.934-0.962, short on seeds 4 and 5, before the policy held the forecast's
+    own stock while the forecast alerts); plain Poisson 0.78-0.81."""
     poisson = run("bad_batch", engine.POISSON, seed, calibrate=False)
     adaptive = run("bad_batch", engine.ADAPTIVE, seed)
     assert poisson.policy.fill_rate < 0.85, poisson.policy
@@ -114,21 +122,41 @@ def test_calibration_picks_a_cheaper_rule_that_reached_the_target():
 
 
 def test_a_rule_that_met_the_target_with_less_stock_is_never_undercut():
-    """On random scored windows: whenever a fixed rule's fill (computed here, not by the module) reached the
-    target, the sizing calibration picks holds no more mean stock over those windows than that rule."""
+    """On random scored windows, some of them with the forecast alerting: whenever a fixed rule, held as the policy
+    holds it (computed here, not by the module: the rule's share, never below the forecast while it alerts),
+    reached the target, the sizing calibration picks holds no more mean stock over those windows than that rule."""
     rng = np.random.default_rng(44)
     for _ in range(300):
         n = int(rng.integers(12, 30))
         installed = rng.integers(50, 2_000, n).astype(float)
         demand = rng.poisson(installed * rng.uniform(0.002, 0.03)).astype(float)
         base = np.maximum(demand + rng.normal(0, 3 + demand.mean() / 4, n), 0).round()
-        c = bt.choose(base, installed, demand, target=0.95)
+        alerts = rng.random(n) < 0.15
+        c = bt.choose(base, installed, demand, target=0.95, alerts=alerts)
         assert c.stock is not None
         for k in bt.RULES:
             stock = np.ceil(installed * k / 100)
+            stock[alerts] = np.maximum(stock[alerts], base[alerts])
             fill = np.minimum(stock, demand).sum() / demand.sum() if demand.sum() else 1.0
             if fill >= 0.95:
                 assert c.stock <= stock.mean() + 1e-9, (k, fill, stock.mean(), c)
+
+
+def test_a_rule_is_judged_on_the_stock_the_policy_holds_with_it():
+    """Fourteen windows on 500 GPUs: demand 3 where the forecast said 10, and 30 in two windows where it alerted
+    and said 40 (a bad batch). The 1 % rule alone (5) covered 46 of 96 failures, but the policy never holds a rule
+    below the forecast while it alerts: held so, the rule covered all 96 with mean stock (12 x 5 + 2 x 40) / 14 =
+    10, less than the forecast's 14.3. Judged on the rule alone, no rule reached the target and the forecast
+    (14.3) was used: after a bad batch the policy held more than the rule it had held through it, for as long as
+    the batch's windows were among the scored ones."""
+    base = np.array([10.0] * 12 + [40.0, 40.0])
+    installed = np.full(14, 500.0)
+    demand = np.array([3.0] * 12 + [30.0, 30.0])
+    alerts = np.array([False] * 12 + [True, True])
+    c = bt.choose(base, installed, demand, target=0.95, alerts=alerts)
+    assert (c.name, c.fill, c.stock, round(c.base_stock, 2)) == ("1% rule", 1.0, 10.0, round(200 / 14, 2))
+    assert bt.choose(base, installed, demand, target=0.95).name == "forecast"  # the rule as if never held
+    assert bt.sized(c, 10.0, 500.0, False) == 5 and bt.sized(c, 40.0, 500.0, True) == 40
 
 
 def test_a_rule_needs_the_target_and_a_sizing_of_the_forecast_the_target_plus_its_margin():

@@ -12,6 +12,7 @@ import pytest
 from acceptance.models import BurnInPolicy
 from fleet.audit import SYSTEM
 from inventory import services as inventory_services
+from inventory.models import GpuStateChange
 from procurement.forecasting import backtest as bt
 from procurement.forecasting import engine
 from procurement.models import Forecast, GpuAsset
@@ -105,3 +106,41 @@ def test_forecast_uses_acceptance_rates_for_the_youngest_band():
     assert effect["model"] == model.name and effect["k"] == 5
     assert set(effect["with"]) == set(effect["without"]) == {"fill_rate", "mean_stock"}
     assert effect["with"]["mean_stock"] >= effect["without"]["mean_stock"]
+
+
+@pytest.mark.django_db
+def test_the_measured_rate_as_of_a_date_reads_nothing_dated_on_or_after_it():
+    """Twenty boards in service since January (their 90-day window closed in April), two failing early before
+    June 1st; five entering service in May, one failing on June 10th; a burn-in failure on June 5th. As of June 1st
+    the rate rests on the twenty and their two failures only: the May boards' window is still open with no failure
+    yet, and rows dated later change nothing."""
+    site, model = factories.site(), factories.gpu_model()
+    BurnInPolicy.objects.create(gpu_model=model, min_level=2, required_runs=1, min_hours=0, infant_days=90)
+    as_of = dt.date(2025, 6, 1)
+
+    def boards(n: int, served: dt.date) -> list:
+        gpus = [factories.gpu(state="in_service") for _ in range(n)]
+        for g in gpus:
+            GpuAsset.objects.create(gpu=g, model=model, site=site, in_service_on=served, batch="LOT-1")
+        return gpus
+
+    def fail(gpu, day: dt.date) -> None:
+        inventory_services.gpu_transition(gpu=gpu, to_state="drained", actor=SYSTEM)
+        failure_record(gpu=gpu, failed_on=day, cause="gpu", actor=SYSTEM)
+
+    early = boards(20, dt.date(2025, 1, 1))
+    for g in early[:2]:
+        fail(g, dt.date(2025, 1, 20))
+    may = boards(5, dt.date(2025, 5, 1))
+    fail(may[0], dt.date(2025, 6, 10))
+    GpuStateChange.objects.create(gpu=factories.gpu(state="burn_in"), from_state="burn_in",
+                                  to_state="burn_in_failed", actor_name="t",
+                                  at=dt.datetime(2025, 6, 5, 12, tzinfo=dt.UTC))
+    before = infant_rates_by_model(as_of=as_of)
+    assert (before[model.pk]["n"], before[model.pk]["k"]) == (20, 2)
+    fail(may[1], dt.date(2025, 7, 1))  # more early failures, all after the date
+    fail(boards(3, dt.date(2025, 8, 1))[0], dt.date(2025, 8, 5))
+    assert infant_rates_by_model(as_of=as_of) == before
+    # Once the date is past them they count: the May cohort's window closed in July with two early failures.
+    later = infant_rates_by_model(as_of=dt.date(2025, 8, 1))
+    assert (later[model.pk]["n"], later[model.pk]["k"]) == (26, 5)
