@@ -292,6 +292,21 @@ def assert_at_most_once(sim, rollouts: list[Rollout], servers=None) -> dict:
     return counters
 
 
+def assert_one_update_each(counters: dict, servers, rollouts: list[Rollout]) -> None:
+    """Every planned server's BMC processed exactly one update request (a BMC that received none is counted as
+    0, not left out); on failure, what each such BMC received and processed and what the engine recorded of its
+    target's steps."""
+    bmcs = {s.bmc_address.rstrip("/").rsplit("/", 1)[-1]: s for s in servers}
+    wrong = {bmc: counters["bmcs"].get(bmc, {"received": {}, "processed": {}}) for bmc in bmcs
+             if counters["bmcs"].get(bmc, {}).get("processed", {}).get(UPDATE, 0) != 1}
+    details = []
+    for bmc, seen in sorted(wrong.items())[:5]:
+        steps = list(TargetStep.objects.filter(target__rollout__in=rollouts, target__server=bmcs[bmc])
+                     .order_by("id").values_list("kind", "outcome", "response_status", "bmc_task_uri", "messages"))
+        details.append(f"{bmc}: received {seen['received']}, processed {seen['processed']}; steps {steps}")
+    assert not wrong, f"{len(wrong)} of {len(bmcs)} BMCs did not process exactly one update:\n" + "\n".join(details)
+
+
 def holds(sim) -> dict:
     """Requests the simulator parks (``hold`` rules): {"waiting": [...], "held": n}."""
     return sim.control.request("GET", "holds")
