@@ -10,9 +10,10 @@ from fleet.models import AuditEvent, Job
 
 
 def audit_for(obj: models.Model) -> QuerySet[AuditEvent]:
-    """One object's audit trail, newest first (index ``audit_object_idx``)."""
+    """One object's audit trail, newest first (index ``audit_object_idx``). The pages show the actor's name as
+    recorded (``actor_name``), so the user row is not joined."""
     return (AuditEvent.objects.filter(content_type=ContentType.objects.get_for_model(obj), object_id=str(obj.pk))
-            .select_related("actor").order_by("-at", "-id"))
+            .order_by("-at", "-id"))
 
 
 def audit_list() -> QuerySet[AuditEvent]:

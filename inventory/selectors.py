@@ -67,8 +67,9 @@ def gpu_table_label(*, rows: list[dict]) -> list[dict]:
 
 
 def gpu_detail(*, pk: int) -> Gpu:
-    return Gpu.objects.select_related("model", "server__platform", "server__nvlink_domain", "site", "row",
-                                      "rack").get(pk=pk)
+    """A GPU with what its page and the heatmap's side panel show of its place: model, server (hostname,
+    NVLink domain), site, hall and row, rack."""
+    return Gpu.objects.select_related("model", "server__nvlink_domain", "site", "row__hall", "rack").get(pk=pk)
 
 
 def gpu_state_history(*, gpu: Gpu) -> QuerySet[GpuStateChange]:
