@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from django.db.models import Count, OuterRef, QuerySet, Subquery
 from django.db.models.functions import Coalesce
 
@@ -66,10 +68,12 @@ def gpu_table_label(*, rows: list[dict]) -> list[dict]:
     return rows
 
 
-def gpu_detail(*, pk: int) -> Gpu:
+def gpu_detail(*, pk: int, related: Sequence[str] = ()) -> Gpu:
     """A GPU with what its page and the heatmap's side panel show of its place: model, server (hostname,
-    NVLink domain), site, hall and row, rack."""
-    return Gpu.objects.select_related("model", "server__nvlink_domain", "site", "row__hall", "rack").get(pk=pk)
+    NVLink domain), site, hall and row, rack; and the ``related`` rows the caller's panels read
+    (``inventory.panels.panel_related``)."""
+    return Gpu.objects.select_related("model", "server__nvlink_domain", "site", "row__hall", "rack",
+                                      *related).get(pk=pk)
 
 
 def gpu_state_history(*, gpu: Gpu) -> QuerySet[GpuStateChange]:

@@ -31,9 +31,13 @@ def _base(scope: str, scope_id: int, title: str, panels: tuple[str, ...]) -> dic
 
 
 def gpu_chart(gpu: Gpu) -> dict[str, Any]:
-    """Temperature band, power, throttling, errors for one GPU, with its latest sample (two queries)."""
+    """Temperature band, power, throttling, errors for one GPU, with its latest sample (two queries; one when the
+    GPU was read with ``latest`` joined, as the GPU page and the heatmap's side panel read it)."""
     chart = _base("gpu", gpu.pk, f"GPU {gpu.identity}", ("temp", "power", "throttle", "errors"))
-    latest = GpuLatest.objects.filter(gpu_id=gpu.pk).first()
+    try:
+        latest: GpuLatest | None = gpu.latest
+    except GpuLatest.DoesNotExist:
+        latest = None
     since = timezone.now() - dt.timedelta(days=366)
     xids = XidEvent.objects.filter(gpu_id=gpu.pk, at__gte=since).order_by("-at").values_list("at", "xid", "hardware")
     chart.update({

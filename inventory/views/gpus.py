@@ -42,7 +42,7 @@ from inventory.forms import BulkTransitionForm, GpuTransitionForm
 from inventory.importers import gpu_csv_rows
 from inventory.lifecycle import allowed_targets
 from inventory.models import Gpu, GpuModel, GpuState, Site
-from inventory.panels import panels_context
+from inventory.panels import panel_related, panels_context
 
 GPU_SORTS = {"id": "Oldest first", "-id": "Newest first", "serial": "Serial", "state": "State"}
 
@@ -202,7 +202,7 @@ def gpu_bulk_transition(request: HtmxHttpRequest) -> HttpResponse:
 
 def _gpu_or_404(pk: int) -> Gpu:
     try:
-        return selectors.gpu_detail(pk=pk)
+        return selectors.gpu_detail(pk=pk, related=panel_related("gpu"))
     except Gpu.DoesNotExist:
         raise Http404("No such GPU.") from None
 
