@@ -24,8 +24,11 @@ BUILTIN_POLICY = BurnInPolicy(min_level=2, required_runs=1, min_hours=0, require
 
 
 def policies_for(gpu_model_ids: Iterable[int | None]) -> dict[int | None, BurnInPolicy]:
-    """The policy each model goes by (its own, else the fleet default, else the built-in one): one query."""
+    """The policy each model goes by (its own, else the fleet default, else the built-in one): one query, none
+    when no model is asked for."""
     wanted = set(gpu_model_ids)
+    if not wanted:
+        return {}
     # (``gpu_model_id__in=[m, None]`` would drop the None: SQL's IN never matches NULL, so the default needs its Q)
     rows = {p.gpu_model_id: p for p in BurnInPolicy.objects.filter(
         Q(gpu_model_id__in=[m for m in wanted if m is not None]) | Q(gpu_model__isnull=True)).order_by("id")}

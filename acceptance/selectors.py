@@ -17,8 +17,9 @@ def gpu_evidence(*, gpu: Gpu) -> dict[str, Any]:
     verdicts = list(RunGpu.objects.filter(gpu=gpu).select_related("run", "run__server").order_by("-run__ran_at",
                                                                                                   "-id")[:20])
     checks = list(AcceptanceCheck.objects.filter(gpu=gpu).order_by("-measured_at", "-id")[:20])
-    status = evaluate(gpu) if gpu.state in (GpuState.BURN_IN, GpuState.DRAINED) else None
-    return {"gpu": gpu, "verdicts": verdicts, "checks": checks, "gate": status, "policy": policy_for(gpu.model_id)}
+    policy = policy_for(gpu.model_id)  # shown, and the gate judges by it: read once
+    status = evaluate(gpu, policy=policy) if gpu.state in (GpuState.BURN_IN, GpuState.DRAINED) else None
+    return {"gpu": gpu, "verdicts": verdicts, "checks": checks, "gate": status, "policy": policy}
 
 
 def server_runs(*, server: Server, limit: int = 10) -> list[DiagnosticRun]:

@@ -15,10 +15,11 @@ def gpu_panels(*, gpu: Gpu) -> list[Panel]:
         asset: GpuAsset | None = gpu.asset  # joined to the page's GPU read (ASSET below)
     except GpuAsset.DoesNotExist:
         asset = None
+    cases = rma_cases_for_gpu(gpu)
     return [Panel("procurement/panels/gpu.html", {
-        "gpu": gpu, "asset": asset, "cases": rma_cases_for_gpu(gpu),
+        "gpu": gpu, "asset": asset, "cases": cases,
         "can_open": gpu.state in (GpuState.RMA, GpuState.DRAINED, GpuState.SPARE, GpuState.RECEIVED,
-                                  GpuState.BURN_IN) and rma_open_refusal(gpu) is None})]
+                                  GpuState.BURN_IN) and rma_open_refusal(gpu, cases=cases) is None})]
 
 
 ASSET = "asset__order_line__order"  # what the panel shows of the board's asset: its order's reference

@@ -61,8 +61,14 @@ def failure_record(*, gpu: Gpu, failed_on: dt.date, cause: str, evidence_kind: s
     return failure  # type: ignore[return-value]
 
 
-def rma_open_refusal(gpu: Gpu) -> str | None:
-    if RmaCase.objects.filter(gpu=gpu).exclude(status=R.CLOSED).exists():
+def rma_open_refusal(gpu: Gpu, *, cases: list[RmaCase] | None = None) -> str | None:
+    """Why ``gpu`` may not get an RMA case now, or None. ``cases``: its cases as :func:`rma_cases_for_gpu` read
+    them (the GPU page has them already), so its open case is not read again."""
+    if cases is not None:
+        has_open = any(case.gpu_id == gpu.pk and case.status != R.CLOSED for case in cases)
+    else:
+        has_open = RmaCase.objects.filter(gpu=gpu).exclude(status=R.CLOSED).exists()
+    if has_open:
         return f"{gpu.identity} already has an open RMA case."
     if gpu.state != GpuState.RMA and GpuState.RMA not in ALLOWED[gpu.state]:
         return f"A {gpu.get_state_display().lower()} GPU cannot go to RMA: drain it first."

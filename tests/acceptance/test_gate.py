@@ -11,7 +11,7 @@ from django.core.exceptions import ValidationError
 from django.utils import timezone
 
 from acceptance import services
-from acceptance.gate import evaluate
+from acceptance.gate import evaluate, policies_for
 from acceptance.models import BurnInPolicy, CheckThreshold, RunGpu
 from fleet.audit import SYSTEM
 from inventory import services as inventory_services
@@ -88,6 +88,18 @@ def test_the_fleet_default_policy_applies_to_a_model_without_its_own():
     assert evaluate(fresh(gpu)).met
     BurnInPolicy.objects.create(gpu_model=gpu.model, min_level=4, required_runs=1, min_hours=0)
     assert not evaluate(fresh(gpu)).met  # the model's own policy wins over the default
+
+
+def test_a_policy_given_is_not_read_again(django_assert_num_queries):
+    """The GPU page reads the policy it shows and judges the gate by it: the gate reads only the evidence."""
+    gpu = fresh(in_burn_in(1)[0])
+    pass_run([gpu], level=3)
+    policy = BurnInPolicy.objects.create(gpu_model=gpu.model, min_level=3, required_runs=1, min_hours=0)
+    assert policies_for([]) == {}
+    with django_assert_num_queries(1):  # the verdicts in the window
+        assert evaluate(gpu, policy=policy).met
+    with django_assert_num_queries(2):  # the policy, the verdicts
+        assert evaluate(gpu).met
 
 
 def test_required_test_skipped_is_not_a_pass():
