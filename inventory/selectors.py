@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from django.db.models import Count, OuterRef, QuerySet, Subquery
+from django.db.models import Count, F, OuterRef, QuerySet, Subquery
 from django.db.models.functions import Coalesce
 
+from fleet.kept import KeptRead
 from inventory.models import (
     FirmwareObservation,
     Gpu,
@@ -76,16 +77,31 @@ def gpu_detail(*, pk: int, related: Sequence[str] = ()) -> Gpu:
                                       *related).get(pk=pk)
 
 
-def gpu_state_history(*, gpu: Gpu) -> QuerySet[GpuStateChange]:
-    return GpuStateChange.objects.filter(gpu=gpu).order_by("-at", "-id")
+# The GPU page's own lists, read on every view of it: their statements are kept (fleet.kept).
+HISTORY_SHOWN = 100
+_state_history = KeptRead(lambda gpu_id: GpuStateChange.objects.filter(gpu_id=gpu_id).order_by("-at", "-id")
+                          [:HISTORY_SHOWN])
+_moves = KeptRead(lambda gpu_id: GpuMove.objects.filter(gpu_id=gpu_id).annotate(
+    from_hostname=F("from_server__hostname"), to_hostname=F("to_server__hostname")).order_by("-at", "-id")
+                  [:HISTORY_SHOWN])
+_firmware = KeptRead(lambda gpu_id: FirmwareObservation.objects.filter(gpu_id=gpu_id).order_by(
+    "component", "-last_seen", "-id"))
 
 
-def gpu_moves(*, gpu: Gpu) -> QuerySet[GpuMove]:
-    return GpuMove.objects.filter(gpu=gpu).select_related("from_server", "to_server").order_by("-at", "-id")
+def gpu_state_history(*, gpu: Gpu) -> list[GpuStateChange]:
+    """The GPU's latest state changes, newest first."""
+    return _state_history(gpu.pk)
 
 
-def gpu_firmware(*, gpu: Gpu) -> QuerySet[FirmwareObservation]:
-    return FirmwareObservation.objects.filter(gpu=gpu).order_by("component", "-last_seen", "-id")
+def gpu_moves(*, gpu: Gpu) -> list[GpuMove]:
+    """The GPU's latest moves, newest first, with the hostnames of the servers it left and went to
+    (``from_hostname``, ``to_hostname``)."""
+    return _moves(gpu.pk)
+
+
+def gpu_firmware(*, gpu: Gpu) -> list[FirmwareObservation]:
+    """Every firmware version observed on the GPU, by component, the latest first."""
+    return _firmware(gpu.pk)
 
 
 def server_list() -> QuerySet[Server]:

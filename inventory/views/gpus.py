@@ -213,10 +213,10 @@ def _gpu_page(request: HtmxHttpRequest, gpu: Gpu, form: GpuTransitionForm | None
     context: dict[str, Any] = {
         "gpu": gpu,
         "form": form,
-        "history": selectors.gpu_state_history(gpu=gpu)[:100],
-        "moves": selectors.gpu_moves(gpu=gpu)[:100],
+        "history": selectors.gpu_state_history(gpu=gpu),
+        "moves": selectors.gpu_moves(gpu=gpu),
         "firmware": selectors.gpu_firmware(gpu=gpu),
-        "audit": audit_rows(fleet_selectors.audit_for(gpu)[:50]),
+        "audit": audit_rows(fleet_selectors.audit_latest(gpu)),
         "audit_query": audit_query_for(gpu),
         **panels_context("gpu", gpu=gpu),
     }

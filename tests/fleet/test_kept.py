@@ -1,0 +1,95 @@
+"""fleet.kept: a kept read returns what its queryset returns, builds its statement once, and refuses what a raw
+query cannot do."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+from django.db.models import F
+
+from fleet.audit import SYSTEM
+from fleet.kept import KeptRead
+from fleet.models import AuditEvent
+from inventory import services
+from inventory.models import Gpu, GpuMove, GpuStateChange
+from tests import factories
+
+pytestmark = pytest.mark.django_db
+
+
+def _fields(rows):
+    return [{k: v for k, v in vars(row).items() if k != "_state"} for row in rows]
+
+
+@pytest.fixture
+def moved():
+    a, b = factories.server(hostname="kept-a"), factories.server(hostname="kept-b")
+    gpu = factories.gpu(a, serial="KEPT1")
+    services.gpu_move(gpu=gpu, to_server=b, to_pci_bus_id="00000000:2A:00.0", to_module_id=2, actor=SYSTEM)
+    services.gpu_move(gpu=Gpu.objects.get(pk=gpu.pk), to_server=None, to_spares=True, actor=SYSTEM, reason="spare")
+    for to_state in ("drained", "rma"):
+        services.gpu_transition(gpu=Gpu.objects.get(pk=gpu.pk), to_state=to_state, actor=SYSTEM, reason=to_state)
+    return Gpu.objects.get(pk=gpu.pk)
+
+
+def test_the_rows_and_annotations_of_the_queryset(moved, django_assert_num_queries):
+    def moves(gpu_id):
+        return (GpuMove.objects.filter(gpu_id=gpu_id)
+                .annotate(from_hostname=F("from_server__hostname"), to_hostname=F("to_server__hostname"))
+                .order_by("-at", "-id")[:10])
+
+    read = KeptRead(moves)
+    kept = read(moved.pk)
+    assert _fields(kept) == _fields(moves(moved.pk)) and len(kept) == 3
+    assert [(m.get_kind_display(), m.from_hostname, m.to_hostname) for m in kept] == [
+        ("Into spares pool", "kept-b", None), ("Moved", "kept-a", "kept-b"), ("Installed", None, "kept-a")]
+    other = factories.gpu()
+    with django_assert_num_queries(1):
+        assert read(other.pk) == []
+
+
+def test_str_and_datetime_parameters_and_json_fields(moved):
+    def trail(object_id, since):
+        return AuditEvent.objects.filter(object_id=object_id, at__gte=since).order_by("-at", "-id")
+
+    read = KeptRead(trail)
+    since = moved.state_changed_at - dt.timedelta(days=1)
+    kept = read(str(moved.pk), since)
+    assert _fields(kept) == _fields(trail(str(moved.pk), since)) and kept
+    assert any(event.changes == {"state": ["drained", "rma"]} for event in kept)  # JSON as the ORM decodes it
+    assert read(str(moved.pk), moved.state_changed_at + dt.timedelta(days=1)) == []
+
+
+def test_the_statement_is_built_once():
+    built = []
+
+    def history(gpu_id):
+        built.append(gpu_id)
+        return GpuStateChange.objects.filter(gpu_id=gpu_id).order_by("-at", "-id")
+
+    read = KeptRead(history)
+    gpus = [factories.gpu(state="spare") for _ in range(3)]
+    for gpu in gpus:
+        assert [c.to_state for c in read(gpu.pk)] == ["spare"]
+    assert len(built) == 1 and built[0] not in {g.pk for g in gpus}  # built with a stand-in, not a caller's value
+
+
+@pytest.mark.parametrize(("build", "argument", "why"), [
+    (lambda gpu_id: GpuStateChange.objects.filter(gpu_id=gpu_id).values("to_state"), 1, "values"),
+    (lambda gpu_id: GpuMove.objects.filter(gpu_id=gpu_id).select_related("to_server"), 1, "related"),
+    (lambda gpu_id: GpuStateChange.objects.filter(gpu_id=gpu_id, id__gte=gpu_id), 1, "once"),  # used twice
+    (lambda serial: Gpu.objects.filter(serial__contains=serial), "x", "once"),  # reaches the SQL as %serial%
+    (lambda gpu_id: GpuStateChange.objects.all(), 1, "once"),  # not used at all
+])
+def test_refused(build, argument, why):
+    with pytest.raises(TypeError, match=why):
+        KeptRead(build)(argument)
+
+
+def test_a_parameter_of_another_type_is_refused():
+    read = KeptRead(lambda gpu_id: GpuStateChange.objects.filter(gpu_id=gpu_id))
+    with pytest.raises(TypeError, match="not None"):
+        read(None)
+    with pytest.raises(TypeError, match="not a bool"):
+        read(True)
