@@ -13,7 +13,8 @@ the columns to the model's fields and applies the fields' converters as the ORM 
 What a raw query cannot do, a kept read does not: ``select_related`` objects are not filled (name what the page
 shows of a related row with ``annotate()``: the value becomes an attribute), nor are ``prefetch_related``,
 ``values()`` or ``values_list()`` honoured. Those are refused when the statement is first built. A parameter is
-an ``int``, a ``str`` or an aware ``datetime``, and must reach the statement unchanged as one of its parameters.
+an ``int``, a ``str`` or an aware ``datetime``, and must reach the statement as one of its parameters, unchanged
+(a datetime may be adapted to the database: SQLite takes it as text).
 """
 
 from __future__ import annotations
@@ -22,12 +23,16 @@ import datetime as dt
 from collections.abc import Callable
 from typing import Any
 
+from django.db import connections
 from django.db.models import Model, QuerySet
 from django.db.models.query import ModelIterable
 
 # Stand-ins for the parameters while the statement is built: values no caller passes.
 _INT_BASE = -2_000_000_011
 _EPOCH = dt.datetime(1901, 1, 1, tzinfo=dt.UTC)
+
+# A statement parameter: (the position of the call's argument, what makes the parameter of it), or (None, constant)
+_Slot = tuple[int | None, Any]
 
 
 def _stand_in(position: int, value: Any) -> Any:
@@ -47,9 +52,8 @@ class KeptRead[M: Model]:
 
     def __init__(self, build: Callable[..., QuerySet[M]]) -> None:
         self._build = build
-        # per parameter types: the model, the database, the SQL, and for each SQL parameter either the position
-        # of the call's argument it takes or a constant
-        self._statements: dict[tuple[type, ...], tuple[type[M], str, str, list[tuple[bool, Any]]]] = {}
+        # per parameter types: the model, the database, the SQL, and for each SQL parameter how to make it
+        self._statements: dict[tuple[type, ...], tuple[type[M], str, str, list[_Slot]]] = {}
 
     def __call__(self, *args: Any) -> list[M]:
         kinds = tuple(type(a) for a in args)
@@ -57,10 +61,10 @@ class KeptRead[M: Model]:
         if statement is None:
             statement = self._statements[kinds] = self._prepare(args)
         model, using, sql, slots = statement
-        params = [args[value] if is_argument else value for is_argument, value in slots]
+        params = [value if index is None else value(args[index]) for index, value in slots]
         return list(model._default_manager.raw(sql, params, using=using))
 
-    def _prepare(self, args: tuple[Any, ...]) -> tuple[type[M], str, str, list[tuple[bool, Any]]]:
+    def _prepare(self, args: tuple[Any, ...]) -> tuple[type[M], str, str, list[_Slot]]:
         stand_ins = [_stand_in(i, a) for i, a in enumerate(args)]
         queryset = self._build(*stand_ins)
         if queryset._iterable_class is not ModelIterable:  # noqa: SLF001 - values(), values_list()
@@ -68,15 +72,27 @@ class KeptRead[M: Model]:
         if queryset.query.select_related or queryset._prefetch_related_lookups:  # noqa: SLF001
             raise TypeError("a kept read fills no related objects: annotate() what the page shows of them")
         sql, params = queryset.query.sql_with_params()
-        slots: list[tuple[bool, Any]] = []
+        # How each parameter reaches the statement: as given, or (a datetime, on SQLite) as the database takes it.
+        ops = connections[queryset.db].ops
+        forms: list[tuple[int, Any, Callable[[Any], Any]]] = []
+        for i, stand_in in enumerate(stand_ins):
+            forms.append((i, stand_in, _as_given))
+            if isinstance(stand_in, dt.datetime):
+                forms.append((i, ops.adapt_datetimefield_value(stand_in), ops.adapt_datetimefield_value))
+        slots: list[_Slot] = []
         found = [0] * len(args)
         for param in params:
-            index = next((i for i, s in enumerate(stand_ins) if type(param) is type(s) and param == s), None)
-            if index is None:
-                slots.append((False, param))
+            form = next(((i, make) for i, value, make in forms if type(param) is type(value) and param == value),
+                        None)
+            if form is None:
+                slots.append((None, param))
             else:
-                found[index] += 1
-                slots.append((True, index))
+                found[form[0]] += 1
+                slots.append(form)
         if any(n != 1 for n in found):
             raise TypeError(f"each parameter of a kept read must reach its statement once, unchanged: {sql}")
         return queryset.model, queryset.db, sql, slots
+
+
+def _as_given(value: Any) -> Any:
+    return value

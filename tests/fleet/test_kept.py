@@ -61,6 +61,20 @@ def test_str_and_datetime_parameters_and_json_fields(moved):
     assert read(str(moved.pk), moved.state_changed_at + dt.timedelta(days=1)) == []
 
 
+def test_a_datetime_the_database_takes_adapted_is_adapted_on_every_call(moved, monkeypatch):
+    """SQLite takes datetimes as text: the statement's parameter is the adapted stand-in, each call's is adapted."""
+    from django.db import connection
+
+    monkeypatch.setattr(connection.ops, "adapt_datetimefield_value", lambda value: value.isoformat())
+
+    def trail(since):
+        return AuditEvent.objects.filter(object_id=str(moved.pk), at__gte=since).order_by("-at", "-id")
+
+    read = KeptRead(trail)
+    assert read(moved.state_changed_at) and read(moved.state_changed_at + dt.timedelta(seconds=1)) == []
+    assert _fields(read(moved.state_changed_at)) == _fields(trail(moved.state_changed_at))
+
+
 def test_the_statement_is_built_once():
     built = []
 
