@@ -16,6 +16,7 @@ from django.db.models import Q
 
 from acceptance.models import AcceptanceCheck, BurnInPolicy, DiagnosticResult, RunGpu, Verdict
 from acceptance.parsers import name_key
+from fleet.kept import KeptRead
 from inventory.models import Gpu, GpuState, GpuStateChange
 
 # Without a policy row for the model or a fleet default, a GPU still needs one passing level-2 run.
@@ -30,14 +31,26 @@ def policies_for(gpu_model_ids: Iterable[int | None]) -> dict[int | None, BurnIn
     if not wanted:
         return {}
     # (``gpu_model_id__in=[m, None]`` would drop the None: SQL's IN never matches NULL, so the default needs its Q)
-    rows = {p.gpu_model_id: p for p in BurnInPolicy.objects.filter(
-        Q(gpu_model_id__in=[m for m in wanted if m is not None]) | Q(gpu_model__isnull=True)).order_by("id")}
-    fallback = rows.get(None) or BUILTIN_POLICY
-    return {m: rows.get(m) or fallback for m in wanted}
+    return _policies(BurnInPolicy.objects.filter(
+        Q(gpu_model_id__in=[m for m in wanted if m is not None]) | Q(gpu_model__isnull=True)).order_by("id"), wanted)
+
+
+# One model's policy and the fleet default: read on every view of a GPU page, the statement is kept (fleet.kept).
+_model_policies = KeptRead(lambda gpu_model_id: BurnInPolicy.objects.filter(
+    Q(gpu_model_id=gpu_model_id) | Q(gpu_model__isnull=True)).order_by("id"))
 
 
 def policy_for(gpu_model_id: int | None) -> BurnInPolicy:
-    return policies_for([gpu_model_id])[gpu_model_id]
+    if gpu_model_id is None:
+        return policies_for([None])[None]
+    return _policies(_model_policies(gpu_model_id), {gpu_model_id})[gpu_model_id]
+
+
+def _policies(rows: Iterable[BurnInPolicy], wanted: set[int | None]) -> dict[int | None, BurnInPolicy]:
+    """Of the policy rows read, the one each wanted model goes by."""
+    by_model = {p.gpu_model_id: p for p in rows}
+    fallback = by_model.get(None) or BUILTIN_POLICY
+    return {m: by_model.get(m) or fallback for m in wanted}
 
 
 @dataclass

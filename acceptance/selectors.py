@@ -6,17 +6,27 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.apps import apps
-from django.db.models import QuerySet
+from django.db.models import F, QuerySet
 
 from acceptance.gate import GateStatus, evaluate, evaluate_many, policy_for
 from acceptance.models import AcceptanceCheck, DiagnosticRun, RunGpu
+from fleet.kept import KeptRead
 from inventory.models import Gpu, GpuState, GpuStateChange, Rack, Server
+
+EVIDENCE_SHOWN = 20  # verdicts and checks on the GPU page
+
+# Read on every view of a GPU page: the statements are kept (fleet.kept). A verdict carries what the page shows
+# of its run (run_ran_at, run_level, run_dcgm_version, run_hostname).
+_gpu_verdicts = KeptRead(lambda gpu_id: RunGpu.objects.filter(gpu_id=gpu_id).annotate(
+    run_ran_at=F("run__ran_at"), run_level=F("run__level"), run_dcgm_version=F("run__dcgm_version"),
+    run_hostname=F("run__server__hostname")).order_by("-run__ran_at", "-id")[:EVIDENCE_SHOWN])
+_gpu_checks = KeptRead(lambda gpu_id: AcceptanceCheck.objects.filter(gpu_id=gpu_id).order_by("-measured_at", "-id")
+                       [:EVIDENCE_SHOWN])
 
 
 def gpu_evidence(*, gpu: Gpu) -> dict[str, Any]:
-    verdicts = list(RunGpu.objects.filter(gpu=gpu).select_related("run", "run__server").order_by("-run__ran_at",
-                                                                                                  "-id")[:20])
-    checks = list(AcceptanceCheck.objects.filter(gpu=gpu).order_by("-measured_at", "-id")[:20])
+    verdicts = _gpu_verdicts(gpu.pk)
+    checks = _gpu_checks(gpu.pk)
     policy = policy_for(gpu.model_id)  # shown, and the gate judges by it: read once
     status = evaluate(gpu, policy=policy) if gpu.state in (GpuState.BURN_IN, GpuState.DRAINED) else None
     return {"gpu": gpu, "verdicts": verdicts, "checks": checks, "gate": status, "policy": policy}

@@ -11,10 +11,10 @@ the columns to the model's fields and applies the fields' converters as the ORM 
     rows = _history(gpu.pk)   # a list of GpuStateChange
 
 What a raw query cannot do, a kept read does not: ``select_related`` objects are not filled (name what the page
-shows of a related row with ``annotate()``: the value becomes an attribute), nor are ``prefetch_related``,
-``values()`` or ``values_list()`` honoured. Those are refused when the statement is first built. A parameter is
-an ``int``, a ``str`` or an aware ``datetime``, and must reach the statement as one of its parameters, unchanged
-(a datetime may be adapted to the database: SQLite takes it as text).
+shows of a related row with ``annotate()``: the value becomes an attribute, converted as the ORM converts it),
+nor are ``prefetch_related``, ``values()`` or ``values_list()`` honoured. Those are refused when the statement is
+first built. A parameter is an ``int``, a ``str`` or an aware ``datetime``, and must reach the statement as one
+of its parameters, unchanged (a datetime may be adapted to the database: SQLite takes it as text).
 """
 
 from __future__ import annotations
@@ -33,6 +33,8 @@ _EPOCH = dt.datetime(1901, 1, 1, tzinfo=dt.UTC)
 
 # A statement parameter: (the position of the call's argument, what makes the parameter of it), or (None, constant)
 _Slot = tuple[int | None, Any]
+# The model, the database, the SQL, its parameters, and the converters of its annotations (name, expression, them)
+_Statement = tuple[type[Model], str, str, list[_Slot], list[tuple[str, Any, list[Callable[..., Any]]]]]
 
 
 def _stand_in(position: int, value: Any) -> Any:
@@ -52,26 +54,43 @@ class KeptRead[M: Model]:
 
     def __init__(self, build: Callable[..., QuerySet[M]]) -> None:
         self._build = build
-        # per parameter types: the model, the database, the SQL, and for each SQL parameter how to make it
-        self._statements: dict[tuple[type, ...], tuple[type[M], str, str, list[_Slot]]] = {}
+        self._statements: dict[tuple[type, ...], _Statement] = {}  # per parameter types
 
     def __call__(self, *args: Any) -> list[M]:
         kinds = tuple(type(a) for a in args)
         statement = self._statements.get(kinds)
         if statement is None:
             statement = self._statements[kinds] = self._prepare(args)
-        model, using, sql, slots = statement
+        model, using, sql, slots, converters = statement
         params = [value if index is None else value(args[index]) for index, value in slots]
-        return list(model._default_manager.raw(sql, params, using=using))
+        rows = list(model._default_manager.raw(sql, params, using=using))
+        if converters and rows:
+            connection = connections[using]
+            for row in rows:
+                for name, expression, functions in converters:
+                    value = getattr(row, name)
+                    for convert in functions:
+                        value = convert(value, expression, connection)
+                    setattr(row, name, value)
+        return rows
 
-    def _prepare(self, args: tuple[Any, ...]) -> tuple[type[M], str, str, list[_Slot]]:
+    def _prepare(self, args: tuple[Any, ...]) -> _Statement:
         stand_ins = [_stand_in(i, a) for i, a in enumerate(args)]
         queryset = self._build(*stand_ins)
         if queryset._iterable_class is not ModelIterable:  # noqa: SLF001 - values(), values_list()
             raise TypeError("a kept read returns model instances: no values() or values_list()")
         if queryset.query.select_related or queryset._prefetch_related_lookups:  # noqa: SLF001
             raise TypeError("a kept read fills no related objects: annotate() what the page shows of them")
-        sql, params = queryset.query.sql_with_params()
+        compiler = queryset.query.get_compiler(using=queryset.db)
+        sql, params = compiler.as_sql()
+        # RawQuerySet converts the model's columns; an annotation's value is converted here as the ORM would
+        # (a datetime from SQLite's text, a JSON document).
+        converters = []
+        for expression, _, name in compiler.select:
+            if name in queryset.query.annotation_select:
+                functions = compiler.get_converters([expression])
+                if functions:
+                    converters.append((name, expression, functions[0][0]))
         # How each parameter reaches the statement: as given, or (a datetime, on SQLite) as the database takes it.
         ops = connections[queryset.db].ops
         forms: list[tuple[int, Any, Callable[[Any], Any]]] = []
@@ -91,7 +110,7 @@ class KeptRead[M: Model]:
                 slots.append(form)
         if any(n != 1 for n in found):
             raise TypeError(f"each parameter of a kept read must reach its statement once, unchanged: {sql}")
-        return queryset.model, queryset.db, sql, slots
+        return queryset.model, queryset.db, sql, slots, converters
 
 
 def _as_given(value: Any) -> Any:

@@ -75,6 +75,17 @@ def test_a_datetime_the_database_takes_adapted_is_adapted_on_every_call(moved, m
     assert _fields(read(moved.state_changed_at)) == _fields(trail(moved.state_changed_at))
 
 
+def test_annotations_are_converted_as_the_orm_converts_them(moved):
+    """A raw query leaves an annotation as the database returned it; a kept read converts it (here a JSON
+    document, which PostgreSQL returns as text)."""
+    def trail(object_id):
+        return AuditEvent.objects.filter(object_id=object_id).annotate(copy=F("changes")).order_by("-at", "-id")
+
+    kept = KeptRead(trail)(str(moved.pk))
+    assert kept and all(event.copy == event.changes and isinstance(event.copy, dict) for event in kept)
+    assert [e.copy for e in kept] == [e.copy for e in trail(str(moved.pk))]
+
+
 def test_the_statement_is_built_once():
     built = []
 
