@@ -105,6 +105,12 @@ def test_the_page_shows_every_panel(client, users, full_gpu):
     assert "Not yet 1 of 2 passing level 3+ diagnostic run(s) since burn-in started" in text
 
 
+def test_the_failed_boards_page_names_its_replacement(client, users, full_gpu):
+    client.force_login(users["viewer"])
+    text = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", _page(client, full_gpu["old"])))
+    assert "SM-4711 Supermicro Feb. 10, 2026 Replacement received replaced by PG-GPU" in text
+
+
 def test_the_page_costs_a_fixed_number_of_queries(client, users, full_gpu, django_assert_num_queries):
     client.force_login(users["viewer"])
     _page(client, full_gpu["gpu"])  # the content types and URL resolvers of a first visit
