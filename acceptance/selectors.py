@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.apps import apps
-from django.db.models import F, QuerySet
+from django.db.models import QuerySet
 
 from acceptance.gate import GateStatus, evaluate, evaluate_many, policy_for
 from acceptance.models import AcceptanceCheck, DiagnosticRun, RunGpu
@@ -15,11 +15,9 @@ from inventory.models import Gpu, GpuState, GpuStateChange, Rack, Server
 
 EVIDENCE_SHOWN = 20  # verdicts and checks on the GPU page
 
-# Read on every view of a GPU page: the statements are kept (fleet.kept). A verdict carries what the page shows
-# of its run (run_ran_at, run_level, run_dcgm_version, run_hostname).
-_gpu_verdicts = KeptRead(lambda gpu_id: RunGpu.objects.filter(gpu_id=gpu_id).annotate(
-    run_ran_at=F("run__ran_at"), run_level=F("run__level"), run_dcgm_version=F("run__dcgm_version"),
-    run_hostname=F("run__server__hostname")).order_by("-run__ran_at", "-id")[:EVIDENCE_SHOWN])
+# Read on every view of a GPU page: the statements are kept (fleet.kept).
+_gpu_verdicts = KeptRead(lambda gpu_id: RunGpu.objects.filter(gpu_id=gpu_id).select_related("run", "run__server")
+                         .order_by("-run__ran_at", "-id")[:EVIDENCE_SHOWN])
 _gpu_checks = KeptRead(lambda gpu_id: AcceptanceCheck.objects.filter(gpu_id=gpu_id).order_by("-measured_at", "-id")
                        [:EVIDENCE_SHOWN])
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from django.db.models import Count, F, OuterRef, QuerySet, Subquery
+from django.db.models import Count, OuterRef, QuerySet, Subquery
 from django.db.models.functions import Coalesce
 
 from fleet.kept import KeptRead
@@ -69,21 +69,32 @@ def gpu_table_label(*, rows: list[dict]) -> list[dict]:
     return rows
 
 
+GPU_DETAIL_RELATED = ("model", "server__nvlink_domain", "site", "row__hall", "rack")
+_gpu_detail: dict[tuple[str, ...], KeptRead[Gpu]] = {}  # per set of panels' relations
+
+
 def gpu_detail(*, pk: int, related: Sequence[str] = ()) -> Gpu:
     """A GPU with what its page and the heatmap's side panel show of its place: model, server (hostname,
     NVLink domain), site, hall and row, rack; and the ``related`` rows the caller's panels read
-    (``inventory.panels.panel_related``)."""
-    return Gpu.objects.select_related("model", "server__nvlink_domain", "site", "row__hall", "rack",
-                                      *related).get(pk=pk)
+    (``inventory.panels.panel_related``). Read on every view of those pages: the statement is kept (fleet.kept).
+    Raises ``Gpu.DoesNotExist``."""
+    key = tuple(related)
+    read = _gpu_detail.get(key)
+    if read is None:
+        read = _gpu_detail[key] = KeptRead(lambda gpu_id: Gpu.objects.select_related(*GPU_DETAIL_RELATED, *key)
+                                           .filter(pk=gpu_id))
+    rows = read(pk)
+    if not rows:
+        raise Gpu.DoesNotExist(f"No GPU {pk}.")
+    return rows[0]
 
 
 # The GPU page's own lists, read on every view of it: their statements are kept (fleet.kept).
 HISTORY_SHOWN = 100
 _state_history = KeptRead(lambda gpu_id: GpuStateChange.objects.filter(gpu_id=gpu_id).order_by("-at", "-id")
                           [:HISTORY_SHOWN])
-_moves = KeptRead(lambda gpu_id: GpuMove.objects.filter(gpu_id=gpu_id).annotate(
-    from_hostname=F("from_server__hostname"), to_hostname=F("to_server__hostname")).order_by("-at", "-id")
-                  [:HISTORY_SHOWN])
+_moves = KeptRead(lambda gpu_id: GpuMove.objects.filter(gpu_id=gpu_id).select_related("from_server", "to_server")
+                  .order_by("-at", "-id")[:HISTORY_SHOWN])
 _firmware = KeptRead(lambda gpu_id: FirmwareObservation.objects.filter(gpu_id=gpu_id).order_by(
     "component", "-last_seen", "-id"))
 
@@ -94,8 +105,7 @@ def gpu_state_history(*, gpu: Gpu) -> list[GpuStateChange]:
 
 
 def gpu_moves(*, gpu: Gpu) -> list[GpuMove]:
-    """The GPU's latest moves, newest first, with the hostnames of the servers it left and went to
-    (``from_hostname``, ``to_hostname``)."""
+    """The GPU's latest moves, newest first, with the servers it left and went to."""
     return _moves(gpu.pk)
 
 

@@ -8,13 +8,13 @@ from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
-from django.db.models import F, Q
+from django.db.models import Q
 
 from fleet.audit import Actor, audited_create, audited_update
 from fleet.kept import KeptRead
 from inventory import services as inventory_services
 from inventory.lifecycle import ALLOWED
-from inventory.models import Gpu, GpuState, GpuStateChange, gpu_identity
+from inventory.models import Gpu, GpuState, GpuStateChange
 from procurement.models import Cause, EvidenceKind, Failure, GpuAsset, RmaCase, RmaStatus, Vendor
 
 R = RmaStatus
@@ -161,21 +161,11 @@ def rma_close(*, case: RmaCase, closed_on: dt.date, note: str = "", actor: Actor
 
 
 # The cases of a board, as the board or its replacement: read on every view of a GPU page, the statement is kept
-# (fleet.kept), with what the page shows of the vendor and the replacement.
+# (fleet.kept).
 _cases_for_gpu = KeptRead(lambda gpu_id, replacement_id: RmaCase.objects.filter(
-    Q(gpu_id=gpu_id) | Q(replacement_id=replacement_id)).annotate(
-    vendor_name=F("vendor__name"), replacement_serial=F("replacement__serial"), replacement_uuid=F("replacement__uuid"),
-    replacement_pci_bus_id=F("replacement__pci_bus_id"), replacement_hostname=F("replacement__server__hostname"),
-).order_by("-opened_on", "-id"))
+    Q(gpu_id=gpu_id) | Q(replacement_id=replacement_id)).select_related("vendor", "replacement")
+                          .order_by("-opened_on", "-id"))
 
 
 def rma_cases_for_gpu(gpu: Gpu) -> list[RmaCase]:
-    """The board's RMA cases and the one it replaced a board on, newest first, each with ``vendor_name`` and
-    ``replacement_identity`` (None without a replacement)."""
-    cases = _cases_for_gpu(gpu.pk, gpu.pk)
-    for case in cases:
-        row: Any = case  # with the annotations, which the model does not declare
-        row.replacement_identity = None if row.replacement_id is None else gpu_identity(
-            serial=row.replacement_serial, uuid=row.replacement_uuid, hostname=row.replacement_hostname,
-            pci_bus_id=row.replacement_pci_bus_id, pk=row.replacement_id)
-    return cases
+    return _cases_for_gpu(gpu.pk, gpu.pk)

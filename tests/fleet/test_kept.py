@@ -1,5 +1,5 @@
-"""fleet.kept: a kept read returns what its queryset returns, builds its statement once, and refuses what a raw
-query cannot do."""
+"""fleet.kept: a kept read returns what its queryset returns (fields, related objects, annotations, converted
+values), builds its statement once, and refuses what one kept statement cannot do."""
 
 from __future__ import annotations
 
@@ -47,6 +47,25 @@ def test_the_rows_and_annotations_of_the_queryset(moved, django_assert_num_queri
     other = factories.gpu()
     with django_assert_num_queries(1):
         assert read(other.pk) == []
+
+
+def test_related_objects_are_filled_as_the_orm_fills_them(moved, django_assert_num_queries):
+    def moves(gpu_id):
+        return (GpuMove.objects.filter(gpu_id=gpu_id).select_related("from_server__rack__row", "to_server")
+                .order_by("-at", "-id"))
+
+    def gpus(gpu_id):
+        return Gpu.objects.filter(pk=gpu_id).select_related("model", "server", "rack")
+
+    kept, orm = KeptRead(moves)(moved.pk), list(moves(moved.pk))
+    spare = KeptRead(gpus)(moved.pk)[0]
+    with django_assert_num_queries(0):
+        assert [(m.from_server and m.from_server.hostname, m.to_server and m.to_server.hostname) for m in kept] == [
+            ("kept-b", None), ("kept-a", "kept-b"), (None, "kept-a")]
+        assert _fields(m.from_server.rack.row for m in kept if m.from_server) == _fields(
+            m.from_server.rack.row for m in orm if m.from_server)
+        assert spare.model.pk == moved.model_id and spare.model.name and spare.server is None and spare.rack is None
+    assert _fields(kept) == _fields(orm)
 
 
 def test_str_and_datetime_parameters_and_json_fields(moved):
@@ -102,7 +121,7 @@ def test_the_statement_is_built_once():
 
 @pytest.mark.parametrize(("build", "argument", "why"), [
     (lambda gpu_id: GpuStateChange.objects.filter(gpu_id=gpu_id).values("to_state"), 1, "values"),
-    (lambda gpu_id: GpuMove.objects.filter(gpu_id=gpu_id).select_related("to_server"), 1, "related"),
+    (lambda gpu_id: GpuMove.objects.filter(gpu_id=gpu_id).prefetch_related("to_server"), 1, "prefetch"),
     (lambda gpu_id: GpuStateChange.objects.filter(gpu_id=gpu_id, id__gte=gpu_id), 1, "once"),  # used twice
     (lambda serial: Gpu.objects.filter(serial__contains=serial), "x", "once"),  # reaches the SQL as %serial%
     (lambda gpu_id: GpuStateChange.objects.all(), 1, "once"),  # not used at all
