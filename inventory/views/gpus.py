@@ -216,7 +216,7 @@ def _gpu_page(request: HtmxHttpRequest, gpu: Gpu, form: GpuTransitionForm | None
         "history": selectors.gpu_state_history(gpu=gpu),
         "moves": selectors.gpu_moves(gpu=gpu),
         "firmware": selectors.gpu_firmware(gpu=gpu),
-        "audit": audit_rows(fleet_selectors.audit_latest(gpu)),
+        "audit": audit_rows(fleet_selectors.audit_latest(gpu), objects=False),
         "audit_query": audit_query_for(gpu),
         **panels_context("gpu", gpu=gpu),
     }
