@@ -61,19 +61,42 @@ class GateStatus:
     passing_runs: list[int] = field(default_factory=list)
 
 
-def evaluate(gpu: Gpu, *, returning: bool | None = None, policy: BurnInPolicy | None = None) -> GateStatus:
+@dataclass
+class Evidence:
+    """A GPU's verdicts (each with its run) and checks as its caller read them, newest first, when they hold every
+    one since the GPU's window opened (:func:`evidence_covers`): the gate judges by them and reads neither."""
+
+    verdicts: list[RunGpu]
+    checks: list[AcceptanceCheck]
+
+
+def evidence_covers(gpu: Gpu, *, verdicts: list[RunGpu], checks: list[AcceptanceCheck], limit: int) -> bool:
+    """Whether the ``limit`` newest verdicts and checks read (newest first) hold all of the GPU's window: fewer
+    were found, or the oldest of them is older than the window."""
+    since = gpu.state_changed_at
+    return ((len(verdicts) < limit or (since is not None and verdicts[-1].run.ran_at < since))
+            and (len(checks) < limit or (since is not None and checks[-1].measured_at < since)))
+
+
+def evaluate(gpu: Gpu, *, returning: bool | None = None, policy: BurnInPolicy | None = None,
+             evidence: Evidence | None = None) -> GateStatus:
     """What the GPU's evidence since it entered its current state says. ``returning``: judge by the return rules
-    (a drained GPU going back to service); default from its state."""
+    (a drained GPU going back to service); default from its state. ``evidence``: its verdicts and checks, read by
+    the caller (the GPU page shows them)."""
     policies = {gpu.model_id: policy} if policy is not None else None
-    return evaluate_many([gpu], returning=returning, policies=policies)[gpu.pk]
+    return evaluate_many([gpu], returning=returning, policies=policies,
+                         evidence={gpu.pk: evidence} if evidence is not None else None)[gpu.pk]
 
 
 def evaluate_many(gpus: Iterable[Gpu], *, returning: bool | None = None,
-                  policies: dict[int | None, BurnInPolicy] | None = None) -> dict[int, GateStatus]:
+                  policies: dict[int | None, BurnInPolicy] | None = None,
+                  evidence: dict[int, Evidence] | None = None) -> dict[int, GateStatus]:
     """:func:`evaluate` for a group of GPUs (a delivery, a rack) in at most five queries, however many GPUs:
     policies, the reasons of failed burn-ins, the verdicts in each GPU's window, the passed tests of those runs
-    (when a policy requires tests) and the latest required checks (when a policy requires checks)."""
+    (when a policy requires tests) and the latest required checks (when a policy requires checks). The verdicts
+    and checks of GPUs in ``evidence`` are not read again."""
     gpus = list(gpus)
+    evidence = evidence or {}
     out: dict[int, GateStatus] = {}
     failed_ids = [g.pk for g in gpus if g.state == GpuState.BURN_IN_FAILED]
     if failed_ids:
@@ -90,14 +113,18 @@ def evaluate_many(gpus: Iterable[Gpu], *, returning: bool | None = None,
         return out
     policies = {**policies_for({g.model_id for g in judged} - set(policies or {})), **(policies or {})}
     # Evidence counts from the moment each GPU entered its current state; one query from the earliest of them.
-    starts = [g.state_changed_at for g in judged]
-    verdicts = RunGpu.objects.filter(gpu_id__in=[g.pk for g in judged]).select_related("run").order_by(
-        "run__ran_at", "run_id")
-    if all(s is not None for s in starts):
-        verdicts = verdicts.filter(run__ran_at__gte=min(starts))  # type: ignore[type-var]
+    unread = [g for g in judged if g.pk not in evidence]
+    starts = [g.state_changed_at for g in unread]
     rows: dict[int, list[RunGpu]] = {}
-    for row in verdicts:
-        rows.setdefault(row.gpu_id, []).append(row)
+    if unread:
+        verdicts = RunGpu.objects.filter(gpu_id__in=[g.pk for g in unread]).select_related("run").order_by(
+            "run__ran_at", "run_id")
+        if all(s is not None for s in starts):
+            verdicts = verdicts.filter(run__ran_at__gte=min(starts))  # type: ignore[type-var]
+        for row in verdicts:
+            rows.setdefault(row.gpu_id, []).append(row)
+    for gpu_id, given in evidence.items():  # oldest first, as the query orders them
+        rows[gpu_id] = sorted(given.verdicts, key=lambda r: (r.run.ran_at, r.run_id))
     for gpu in judged:
         since = gpu.state_changed_at
         rows[gpu.pk] = [r for r in rows.get(gpu.pk, []) if since is None or r.run.ran_at >= since]
@@ -111,10 +138,14 @@ def evaluate_many(gpus: Iterable[Gpu], *, returning: bool | None = None,
     names = {n for g in judged if not returns[g.pk] for n in policies[g.model_id].required_checks or []}
     latest: dict[int, dict[str, AcceptanceCheck]] = {g.pk: {} for g in judged}  # gpu -> check name -> latest
     if names:
-        checks = AcceptanceCheck.objects.filter(gpu_id__in=[g.pk for g in judged if not returns[g.pk]],
-                                                name__in=names).order_by("-measured_at", "-id")
-        if all(s is not None for s in starts):
-            checks = checks.filter(measured_at__gte=min(starts))  # type: ignore[type-var]
+        checks: Iterable[AcceptanceCheck] = [c for g in judged if g.pk in evidence and not returns[g.pk]
+                                             for c in evidence[g.pk].checks if c.name in names]  # newest first
+        asked = [g.pk for g in unread if not returns[g.pk]]
+        if asked:
+            read = AcceptanceCheck.objects.filter(gpu_id__in=asked, name__in=names).order_by("-measured_at", "-id")
+            if all(s is not None for s in starts):
+                read = read.filter(measured_at__gte=min(starts))  # type: ignore[type-var]
+            checks = [*checks, *read]
         since_of = {g.pk: g.state_changed_at for g in judged}
         for check in checks:
             since = since_of[check.gpu_id]

@@ -8,7 +8,7 @@ from typing import Any
 from django.apps import apps
 from django.db.models import QuerySet
 
-from acceptance.gate import GateStatus, evaluate, evaluate_many, policy_for
+from acceptance.gate import Evidence, GateStatus, evaluate, evaluate_many, evidence_covers, policy_for
 from acceptance.models import AcceptanceCheck, DiagnosticRun, RunGpu
 from fleet.kept import KeptRead
 from inventory.models import Gpu, GpuState, GpuStateChange, Rack, Server
@@ -26,7 +26,11 @@ def gpu_evidence(*, gpu: Gpu) -> dict[str, Any]:
     verdicts = _gpu_verdicts(gpu.pk)
     checks = _gpu_checks(gpu.pk)
     policy = policy_for(gpu.model_id)  # shown, and the gate judges by it: read once
-    status = evaluate(gpu, policy=policy) if gpu.state in (GpuState.BURN_IN, GpuState.DRAINED) else None
+    status = None
+    if gpu.state in (GpuState.BURN_IN, GpuState.DRAINED):
+        # The gate judges by the verdicts and checks shown when they hold its whole window (they usually do).
+        covered = evidence_covers(gpu, verdicts=verdicts, checks=checks, limit=EVIDENCE_SHOWN)
+        status = evaluate(gpu, policy=policy, evidence=Evidence(verdicts, checks) if covered else None)
     return {"gpu": gpu, "verdicts": verdicts, "checks": checks, "gate": status, "policy": policy}
 
 

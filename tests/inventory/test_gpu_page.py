@@ -30,10 +30,10 @@ pytestmark = pytest.mark.django_db
 # The GPU page of a GPU in burn-in with data in every panel, as a viewer: the session's user and its groups
 # (2); the GPU with its model, server and NVLink domain, site, hall and row, rack, telemetry's latest sample and
 # procurement's asset with its order line and order (1); the audit trail (1); XIDs and open health flags (2);
-# RMA cases (1); verdicts, checks, the burn-in policy, and the gate's verdicts and checks in its window (5);
-# state history, moves and observed firmware (3). (20 before the hall and the panels' rows were joined to the
-# GPU's read, the open RMA case was found among the cases and the policy read once.)
-GPU_PAGE_QUERIES = 15
+# RMA cases (1); verdicts, checks and the burn-in policy, which the gate judges by (3); state history, moves
+# and observed firmware (3). (20 at the branch's base: the hall and the panels' rows read on their own, the
+# open RMA case and the policy read twice, the gate's verdicts and checks read again.)
+GPU_PAGE_QUERIES = 13
 
 
 @pytest.fixture
