@@ -17,7 +17,8 @@ and makes the instances as the ORM's ``ModelIterable`` does (``Model.from_db``, 
 ``prefetch_related()``, ``extra()``, ``values()``, ``values_list()`` and a fetch mode other than the default are
 refused when the statement is built. A parameter is an ``int``, a ``str`` or an aware ``datetime``, and must
 reach the statement as one of its parameters, unchanged (a datetime may be adapted to the database: SQLite takes
-it as text)."""
+it as text).
+"""
 
 from __future__ import annotations
 
@@ -96,7 +97,8 @@ class KeptRead[M: Model]:
                     for convert in functions:
                         value = convert(value, expression, connection)
                     row[position] = value
-            instance = statement.model.from_db(statement.using, statement.names, row[start:end])
+            instance = statement.model.from_db(statement.using, statement.names, row[start:end],
+                                               fetch_mode=statement.fetch_mode)
             for populator in populators:
                 populator.populate(row, instance)
             for name, position in statement.annotations:
