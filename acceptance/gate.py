@@ -16,6 +16,7 @@ from django.db.models import Q
 
 from acceptance.models import AcceptanceCheck, BurnInPolicy, DiagnosticResult, RunGpu, Verdict
 from acceptance.parsers import name_key
+from fleet.kept import KeptRead
 from inventory.models import Gpu, GpuState, GpuStateChange
 
 # Without a policy row for the model or a fleet default, a GPU still needs one passing level-2 run.
@@ -24,17 +25,32 @@ BUILTIN_POLICY = BurnInPolicy(min_level=2, required_runs=1, min_hours=0, require
 
 
 def policies_for(gpu_model_ids: Iterable[int | None]) -> dict[int | None, BurnInPolicy]:
-    """The policy each model goes by (its own, else the fleet default, else the built-in one): one query."""
+    """The policy each model goes by (its own, else the fleet default, else the built-in one): one query, none
+    when no model is asked for."""
     wanted = set(gpu_model_ids)
+    if not wanted:
+        return {}
     # (``gpu_model_id__in=[m, None]`` would drop the None: SQL's IN never matches NULL, so the default needs its Q)
-    rows = {p.gpu_model_id: p for p in BurnInPolicy.objects.filter(
-        Q(gpu_model_id__in=[m for m in wanted if m is not None]) | Q(gpu_model__isnull=True)).order_by("id")}
-    fallback = rows.get(None) or BUILTIN_POLICY
-    return {m: rows.get(m) or fallback for m in wanted}
+    return _policies(BurnInPolicy.objects.filter(
+        Q(gpu_model_id__in=[m for m in wanted if m is not None]) | Q(gpu_model__isnull=True)).order_by("id"), wanted)
+
+
+# One model's policy and the fleet default: read on every view of a GPU page, the statement is kept (fleet.kept).
+_model_policies = KeptRead(lambda gpu_model_id: BurnInPolicy.objects.filter(
+    Q(gpu_model_id=gpu_model_id) | Q(gpu_model__isnull=True)).order_by("id"))
 
 
 def policy_for(gpu_model_id: int | None) -> BurnInPolicy:
-    return policies_for([gpu_model_id])[gpu_model_id]
+    if gpu_model_id is None:
+        return policies_for([None])[None]
+    return _policies(_model_policies(gpu_model_id), {gpu_model_id})[gpu_model_id]
+
+
+def _policies(rows: Iterable[BurnInPolicy], wanted: set[int | None]) -> dict[int | None, BurnInPolicy]:
+    """Of the policy rows read, the one each wanted model goes by."""
+    by_model = {p.gpu_model_id: p for p in rows}
+    fallback = by_model.get(None) or BUILTIN_POLICY
+    return {m: by_model.get(m) or fallback for m in wanted}
 
 
 @dataclass
@@ -45,19 +61,42 @@ class GateStatus:
     passing_runs: list[int] = field(default_factory=list)
 
 
-def evaluate(gpu: Gpu, *, returning: bool | None = None, policy: BurnInPolicy | None = None) -> GateStatus:
+@dataclass
+class Evidence:
+    """A GPU's verdicts (each with its run) and checks as its caller read them, newest first, when they hold every
+    one since the GPU's window opened (:func:`evidence_covers`): the gate judges by them and reads neither."""
+
+    verdicts: list[RunGpu]
+    checks: list[AcceptanceCheck]
+
+
+def evidence_covers(gpu: Gpu, *, verdicts: list[RunGpu], checks: list[AcceptanceCheck], limit: int) -> bool:
+    """Whether the ``limit`` newest verdicts and checks read (newest first) hold all of the GPU's window: fewer
+    were found, or the oldest of them is older than the window."""
+    since = gpu.state_changed_at
+    return ((len(verdicts) < limit or (since is not None and verdicts[-1].run.ran_at < since))
+            and (len(checks) < limit or (since is not None and checks[-1].measured_at < since)))
+
+
+def evaluate(gpu: Gpu, *, returning: bool | None = None, policy: BurnInPolicy | None = None,
+             evidence: Evidence | None = None) -> GateStatus:
     """What the GPU's evidence since it entered its current state says. ``returning``: judge by the return rules
-    (a drained GPU going back to service); default from its state."""
+    (a drained GPU going back to service); default from its state. ``evidence``: its verdicts and checks, read by
+    the caller (the GPU page shows them)."""
     policies = {gpu.model_id: policy} if policy is not None else None
-    return evaluate_many([gpu], returning=returning, policies=policies)[gpu.pk]
+    return evaluate_many([gpu], returning=returning, policies=policies,
+                         evidence={gpu.pk: evidence} if evidence is not None else None)[gpu.pk]
 
 
 def evaluate_many(gpus: Iterable[Gpu], *, returning: bool | None = None,
-                  policies: dict[int | None, BurnInPolicy] | None = None) -> dict[int, GateStatus]:
+                  policies: dict[int | None, BurnInPolicy] | None = None,
+                  evidence: dict[int, Evidence] | None = None) -> dict[int, GateStatus]:
     """:func:`evaluate` for a group of GPUs (a delivery, a rack) in at most five queries, however many GPUs:
     policies, the reasons of failed burn-ins, the verdicts in each GPU's window, the passed tests of those runs
-    (when a policy requires tests) and the latest required checks (when a policy requires checks)."""
+    (when a policy requires tests) and the latest required checks (when a policy requires checks). The verdicts
+    and checks of GPUs in ``evidence`` are not read again."""
     gpus = list(gpus)
+    evidence = evidence or {}
     out: dict[int, GateStatus] = {}
     failed_ids = [g.pk for g in gpus if g.state == GpuState.BURN_IN_FAILED]
     if failed_ids:
@@ -74,14 +113,18 @@ def evaluate_many(gpus: Iterable[Gpu], *, returning: bool | None = None,
         return out
     policies = {**policies_for({g.model_id for g in judged} - set(policies or {})), **(policies or {})}
     # Evidence counts from the moment each GPU entered its current state; one query from the earliest of them.
-    starts = [g.state_changed_at for g in judged]
-    verdicts = RunGpu.objects.filter(gpu_id__in=[g.pk for g in judged]).select_related("run").order_by(
-        "run__ran_at", "run_id")
-    if all(s is not None for s in starts):
-        verdicts = verdicts.filter(run__ran_at__gte=min(starts))  # type: ignore[type-var]
+    unread = [g for g in judged if g.pk not in evidence]
+    starts = [g.state_changed_at for g in unread]
     rows: dict[int, list[RunGpu]] = {}
-    for row in verdicts:
-        rows.setdefault(row.gpu_id, []).append(row)
+    if unread:
+        verdicts = RunGpu.objects.filter(gpu_id__in=[g.pk for g in unread]).select_related("run").order_by(
+            "run__ran_at", "run_id")
+        if all(s is not None for s in starts):
+            verdicts = verdicts.filter(run__ran_at__gte=min(starts))  # type: ignore[type-var]
+        for row in verdicts:
+            rows.setdefault(row.gpu_id, []).append(row)
+    for gpu_id, given in evidence.items():  # oldest first, as the query orders them
+        rows[gpu_id] = sorted(given.verdicts, key=lambda r: (r.run.ran_at, r.run_id))
     for gpu in judged:
         since = gpu.state_changed_at
         rows[gpu.pk] = [r for r in rows.get(gpu.pk, []) if since is None or r.run.ran_at >= since]
@@ -95,10 +138,14 @@ def evaluate_many(gpus: Iterable[Gpu], *, returning: bool | None = None,
     names = {n for g in judged if not returns[g.pk] for n in policies[g.model_id].required_checks or []}
     latest: dict[int, dict[str, AcceptanceCheck]] = {g.pk: {} for g in judged}  # gpu -> check name -> latest
     if names:
-        checks = AcceptanceCheck.objects.filter(gpu_id__in=[g.pk for g in judged if not returns[g.pk]],
-                                                name__in=names).order_by("-measured_at", "-id")
-        if all(s is not None for s in starts):
-            checks = checks.filter(measured_at__gte=min(starts))  # type: ignore[type-var]
+        checks: Iterable[AcceptanceCheck] = [c for g in judged if g.pk in evidence and not returns[g.pk]
+                                             for c in evidence[g.pk].checks if c.name in names]  # newest first
+        asked = [g.pk for g in unread if not returns[g.pk]]
+        if asked:
+            read = AcceptanceCheck.objects.filter(gpu_id__in=asked, name__in=names).order_by("-measured_at", "-id")
+            if all(s is not None for s in starts):
+                read = read.filter(measured_at__gte=min(starts))  # type: ignore[type-var]
+            checks = [*checks, *read]
         since_of = {g.pk: g.state_changed_at for g in judged}
         for check in checks:
             since = since_of[check.gpu_id]

@@ -8,17 +8,30 @@ from typing import Any
 from django.apps import apps
 from django.db.models import QuerySet
 
-from acceptance.gate import GateStatus, evaluate, evaluate_many, policy_for
+from acceptance.gate import Evidence, GateStatus, evaluate, evaluate_many, evidence_covers, policy_for
 from acceptance.models import AcceptanceCheck, DiagnosticRun, RunGpu
+from fleet.kept import KeptRead
 from inventory.models import Gpu, GpuState, GpuStateChange, Rack, Server
+
+EVIDENCE_SHOWN = 20  # verdicts and checks on the GPU page
+
+# Read on every view of a GPU page: the statements are kept (fleet.kept).
+_gpu_verdicts = KeptRead(lambda gpu_id: RunGpu.objects.filter(gpu_id=gpu_id).select_related("run", "run__server")
+                         .order_by("-run__ran_at", "-id")[:EVIDENCE_SHOWN])
+_gpu_checks = KeptRead(lambda gpu_id: AcceptanceCheck.objects.filter(gpu_id=gpu_id).order_by("-measured_at", "-id")
+                       [:EVIDENCE_SHOWN])
 
 
 def gpu_evidence(*, gpu: Gpu) -> dict[str, Any]:
-    verdicts = list(RunGpu.objects.filter(gpu=gpu).select_related("run", "run__server").order_by("-run__ran_at",
-                                                                                                  "-id")[:20])
-    checks = list(AcceptanceCheck.objects.filter(gpu=gpu).order_by("-measured_at", "-id")[:20])
-    status = evaluate(gpu) if gpu.state in (GpuState.BURN_IN, GpuState.DRAINED) else None
-    return {"gpu": gpu, "verdicts": verdicts, "checks": checks, "gate": status, "policy": policy_for(gpu.model_id)}
+    verdicts = _gpu_verdicts(gpu.pk)
+    checks = _gpu_checks(gpu.pk)
+    policy = policy_for(gpu.model_id)  # shown, and the gate judges by it: read once
+    status = None
+    if gpu.state in (GpuState.BURN_IN, GpuState.DRAINED):
+        # The gate judges by the verdicts and checks shown when they hold its whole window (they usually do).
+        covered = evidence_covers(gpu, verdicts=verdicts, checks=checks, limit=EVIDENCE_SHOWN)
+        status = evaluate(gpu, policy=policy, evidence=Evidence(verdicts, checks) if covered else None)
+    return {"gpu": gpu, "verdicts": verdicts, "checks": checks, "gate": status, "policy": policy}
 
 
 def server_runs(*, server: Server, limit: int = 10) -> list[DiagnosticRun]:

@@ -6,13 +6,20 @@ from django.contrib.contenttypes.models import ContentType
 from django.db import models
 from django.db.models import QuerySet
 
+from fleet.kept import KeptRead
 from fleet.models import AuditEvent, Job
 
+AUDIT_SHOWN = 50  # events in an object page's audit table (the audit page lists them all)
 
-def audit_for(obj: models.Model) -> QuerySet[AuditEvent]:
-    """One object's audit trail, newest first (index ``audit_object_idx``)."""
-    return (AuditEvent.objects.filter(content_type=ContentType.objects.get_for_model(obj), object_id=str(obj.pk))
-            .select_related("actor").order_by("-at", "-id"))
+# On every view of a GPU, server or rollout page: the statement is kept (fleet.kept).
+_audit_latest = KeptRead(lambda content_type_id, object_id: AuditEvent.objects.filter(
+    content_type_id=content_type_id, object_id=object_id).order_by("-at", "-id")[:AUDIT_SHOWN])
+
+
+def audit_latest(obj: models.Model) -> list[AuditEvent]:
+    """The newest events of one object's audit trail, newest first (index ``audit_object_idx``). The pages show
+    the actor's name as recorded (``actor_name``), so the user row is not joined."""
+    return _audit_latest(ContentType.objects.get_for_model(obj).pk, str(obj.pk))
 
 
 def audit_list() -> QuerySet[AuditEvent]:

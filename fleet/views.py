@@ -213,24 +213,27 @@ def _named(name: str, value: Any, users: dict[int, str]) -> Any:
     return value
 
 
-def audit_rows(events: Iterable[AuditEvent]) -> list[dict[str, Any]]:
-    """Events ready to render: a link to the object's page (while it exists) and the changes as
-    (field, before, after); user ids (``approved_by: 4``) shown as the user's name."""
+def audit_rows(events: Iterable[AuditEvent], *, objects: bool = True) -> list[dict[str, Any]]:
+    """Events ready to render: the changes as (field, before, after), user ids (``approved_by: 4``) shown as the
+    user's name; with ``objects``, the object's type and a link to its page while it exists (the audit page's
+    object column: an object's own page shows its trail without one, and reverses no link per row)."""
     rows = []
     events = list(events)
     users = _user_names(events)
     for event in events:
-        ct = ContentType.objects.get_for_id(event.content_type_id)  # cached: no query per row
-        url_name = OBJECT_URL_NAMES.get(f"{ct.app_label}.{ct.model}")
-        linkable = url_name and event.object_id.isdigit() and event.action != AuditAction.DELETE
-        rows.append({
+        row = {
             "event": event,
-            "type": ct.name,
-            "url": reverse(url_name, args=[event.object_id]) if linkable else None,
             "changes": [(name, _named(name, pair[0], users), _named(name, pair[1], users))
                         if isinstance(pair, list) and len(pair) == 2 else (name, None, _named(name, pair, users))
                         for name, pair in (event.changes or {}).items()],
-        })
+        }
+        if objects:
+            ct = ContentType.objects.get_for_id(event.content_type_id)  # cached: no query per row
+            url_name = OBJECT_URL_NAMES.get(f"{ct.app_label}.{ct.model}")
+            linkable = url_name and event.object_id.isdigit() and event.action != AuditAction.DELETE
+            row["type"] = ct.name
+            row["url"] = reverse(url_name, args=[event.object_id]) if linkable else None
+        rows.append(row)
     return rows
 
 

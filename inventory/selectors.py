@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from django.db.models import Count, OuterRef, QuerySet, Subquery
 from django.db.models.functions import Coalesce
 
+from fleet.kept import KeptRead
 from inventory.models import (
     FirmwareObservation,
     Gpu,
@@ -66,21 +69,49 @@ def gpu_table_label(*, rows: list[dict]) -> list[dict]:
     return rows
 
 
-def gpu_detail(*, pk: int) -> Gpu:
-    return Gpu.objects.select_related("model", "server__platform", "server__nvlink_domain", "site", "row",
-                                      "rack").get(pk=pk)
+GPU_DETAIL_RELATED = ("model", "server__nvlink_domain", "site", "row__hall", "rack")
+_gpu_detail: dict[tuple[str, ...], KeptRead[Gpu]] = {}  # per set of panels' relations
 
 
-def gpu_state_history(*, gpu: Gpu) -> QuerySet[GpuStateChange]:
-    return GpuStateChange.objects.filter(gpu=gpu).order_by("-at", "-id")
+def gpu_detail(*, pk: int, related: Sequence[str] = ()) -> Gpu:
+    """A GPU with what its page and the heatmap's side panel show of its place: model, server (hostname,
+    NVLink domain), site, hall and row, rack; and the ``related`` rows the caller's panels read
+    (``inventory.panels.panel_related``). Read on every view of those pages: the statement is kept (fleet.kept).
+    Raises ``Gpu.DoesNotExist``."""
+    key = tuple(related)
+    read = _gpu_detail.get(key)
+    if read is None:
+        read = _gpu_detail[key] = KeptRead(lambda gpu_id: Gpu.objects.select_related(*GPU_DETAIL_RELATED, *key)
+                                           .filter(pk=gpu_id))
+    rows = read(pk)
+    if not rows:
+        raise Gpu.DoesNotExist(f"No GPU {pk}.")
+    return rows[0]
 
 
-def gpu_moves(*, gpu: Gpu) -> QuerySet[GpuMove]:
-    return GpuMove.objects.filter(gpu=gpu).select_related("from_server", "to_server").order_by("-at", "-id")
+# The GPU page's own lists, read on every view of it: their statements are kept (fleet.kept).
+HISTORY_SHOWN = 100
+_state_history = KeptRead(lambda gpu_id: GpuStateChange.objects.filter(gpu_id=gpu_id).order_by("-at", "-id")
+                          [:HISTORY_SHOWN])
+_moves = KeptRead(lambda gpu_id: GpuMove.objects.filter(gpu_id=gpu_id).select_related("from_server", "to_server")
+                  .order_by("-at", "-id")[:HISTORY_SHOWN])
+_firmware = KeptRead(lambda gpu_id: FirmwareObservation.objects.filter(gpu_id=gpu_id).order_by(
+    "component", "-last_seen", "-id"))
 
 
-def gpu_firmware(*, gpu: Gpu) -> QuerySet[FirmwareObservation]:
-    return FirmwareObservation.objects.filter(gpu=gpu).order_by("component", "-last_seen", "-id")
+def gpu_state_history(*, gpu: Gpu) -> list[GpuStateChange]:
+    """The GPU's latest state changes, newest first."""
+    return _state_history(gpu.pk)
+
+
+def gpu_moves(*, gpu: Gpu) -> list[GpuMove]:
+    """The GPU's latest moves, newest first, with the servers it left and went to."""
+    return _moves(gpu.pk)
+
+
+def gpu_firmware(*, gpu: Gpu) -> list[FirmwareObservation]:
+    """Every firmware version observed on the GPU, by component, the latest first."""
+    return _firmware(gpu.pk)
 
 
 def server_list() -> QuerySet[Server]:

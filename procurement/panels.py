@@ -11,12 +11,19 @@ from procurement.services.rma import rma_cases_for_gpu, rma_open_refusal
 
 
 def gpu_panels(*, gpu: Gpu) -> list[Panel]:
-    asset = GpuAsset.objects.filter(gpu=gpu).select_related("order_line__order").first()
+    try:
+        asset: GpuAsset | None = gpu.asset  # joined to the page's GPU read (ASSET below)
+    except GpuAsset.DoesNotExist:
+        asset = None
+    cases = rma_cases_for_gpu(gpu)
     return [Panel("procurement/panels/gpu.html", {
-        "gpu": gpu, "asset": asset, "cases": rma_cases_for_gpu(gpu),
+        "gpu": gpu, "asset": asset, "cases": cases,
         "can_open": gpu.state in (GpuState.RMA, GpuState.DRAINED, GpuState.SPARE, GpuState.RECEIVED,
-                                  GpuState.BURN_IN) and rma_open_refusal(gpu) is None})]
+                                  GpuState.BURN_IN) and rma_open_refusal(gpu, cases=cases) is None})]
+
+
+ASSET = "asset__order_line__order"  # what the panel shows of the board's asset: its order's reference
 
 
 def panels_register() -> None:
-    panel_register("gpu", gpu_panels)
+    panel_register("gpu", gpu_panels, related=(ASSET,))

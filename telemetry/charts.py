@@ -10,12 +10,17 @@ from typing import Any
 from django.urls import NoReverseMatch, reverse
 from django.utils import timezone
 
+from fleet.kept import KeptRead
 from inventory.models import Gpu, Server
 from telemetry.dcgm import throttle_reason_names
 from telemetry.models import GpuLatest, XidEvent
 
 RANGES = (("1h", "1 h"), ("24h", "24 h"), ("7d", "7 d"), ("90d", "90 d"), ("1y", "1 y"))
 XID_MARKERS = 500  # newest XIDs of the last year drawn as markers
+
+# Read on every view of a GPU page or its heatmap side panel: the statement is kept (fleet.kept).
+_xids = KeptRead(lambda gpu_id, since: XidEvent.objects.filter(gpu_id=gpu_id, at__gte=since).order_by("-at")
+                 .only("at", "xid", "hardware")[:XID_MARKERS])
 
 
 def history_url() -> str:
@@ -31,15 +36,18 @@ def _base(scope: str, scope_id: int, title: str, panels: tuple[str, ...]) -> dic
 
 
 def gpu_chart(gpu: Gpu) -> dict[str, Any]:
-    """Temperature band, power, throttling, errors for one GPU, with its latest sample (two queries)."""
+    """Temperature band, power, throttling, errors for one GPU, with its latest sample (two queries; one when the
+    GPU was read with ``latest`` joined, as the GPU page and the heatmap's side panel read it)."""
     chart = _base("gpu", gpu.pk, f"GPU {gpu.identity}", ("temp", "power", "throttle", "errors"))
-    latest = GpuLatest.objects.filter(gpu_id=gpu.pk).first()
+    try:
+        latest: GpuLatest | None = gpu.latest
+    except GpuLatest.DoesNotExist:
+        latest = None
     since = timezone.now() - dt.timedelta(days=366)
-    xids = XidEvent.objects.filter(gpu_id=gpu.pk, at__gte=since).order_by("-at").values_list("at", "xid", "hardware")
     chart.update({
         "latest": latest,
         "throttle_reasons": throttle_reason_names(latest.throttle_mask) if latest else [],
-        "xids": [{"t": int(at.timestamp()), "xid": xid, "hw": hw} for at, xid, hw in xids[:XID_MARKERS]],
+        "xids": [{"t": int(e.at.timestamp()), "xid": e.xid, "hw": e.hardware} for e in _xids(gpu.pk, since)],
     })
     return chart
 

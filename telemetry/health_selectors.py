@@ -6,6 +6,7 @@ from typing import Any
 
 from django.db.models import Case, Count, QuerySet, Value, When
 
+from fleet.kept import KeptRead
 from telemetry.health import evidence_text
 from telemetry.models import HealthFlag
 
@@ -31,10 +32,14 @@ def health_flag_list(*, kind: str | None = None, severity: str | None = None, si
     return qs.order_by("-id")
 
 
+# Read on every view of a GPU page or its heatmap side panel: the statement is kept (fleet.kept).
+_gpu_open_flags = KeptRead(lambda gpu_id: HealthFlag.objects.filter(gpu_id=gpu_id, cleared_at__isnull=True)
+                           .order_by("-id"))
+
+
 def gpu_open_flags(*, gpu_id: int) -> list[dict[str, Any]]:
     """A GPU's open flags with their evidence in words (the GPU page's health box)."""
-    flags = HealthFlag.objects.filter(gpu_id=gpu_id, cleared_at__isnull=True).order_by("-id")
-    return [{"flag": flag, "text": evidence_text(flag.kind, flag.evidence)} for flag in flags]
+    return [{"flag": flag, "text": evidence_text(flag.kind, flag.evidence)} for flag in _gpu_open_flags(gpu_id)]
 
 
 def open_flag_counts(*, gpu_ids: list[int] | None = None, rack_id: int | None = None,

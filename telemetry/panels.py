@@ -42,7 +42,7 @@ def row_panels(*, row: Row) -> list[Panel]:
 
 
 def panels_register() -> None:
-    panel_register("gpu", gpu_panels)
+    panel_register("gpu", gpu_panels, related=("latest",))  # the chart's current values: joined to the GPU read
     panel_register("server", server_panels)
     panel_register("rack", rack_panels)
     panel_register("row", row_panels)

@@ -63,7 +63,7 @@ def heatmap(request: HtmxHttpRequest) -> HttpResponse:
 def heatmap_gpu(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     """The side panel of one GPU (htmx), or a page of its own on a direct visit."""
     try:
-        gpu = inventory_selectors.gpu_detail(pk=pk)
+        gpu = inventory_selectors.gpu_detail(pk=pk, related=("latest",))  # the chart's current values
     except Gpu.DoesNotExist:
         raise Http404("No such GPU.") from None
     context = {"gpu": gpu, "chart": charts.gpu_chart(gpu), "flags": gpu_open_flags(gpu_id=gpu.pk),

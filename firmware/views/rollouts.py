@@ -285,7 +285,7 @@ def _live_context(request: HtmxHttpRequest, rollout: Rollout,
         "awaits_other_approver": (rollout.state == RolloutState.AWAITING_APPROVAL
                                   and request.user.pk == rollout.created_by_id and has_role(request.user, APPROVER)),
         "live": rollout.state in selectors.LIVE_STATES,
-        "audit": audit_rows(fleet_selectors.audit_for(rollout)[:50]),
+        "audit": audit_rows(fleet_selectors.audit_latest(rollout), objects=False),
         "audit_query": audit_query_for(rollout),
         "notices": notices or [],
         **rollout_drain_context(rollout),

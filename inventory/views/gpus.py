@@ -42,7 +42,7 @@ from inventory.forms import BulkTransitionForm, GpuTransitionForm
 from inventory.importers import gpu_csv_rows
 from inventory.lifecycle import allowed_targets
 from inventory.models import Gpu, GpuModel, GpuState, Site
-from inventory.panels import panels_context
+from inventory.panels import panel_related, panels_context
 
 GPU_SORTS = {"id": "Oldest first", "-id": "Newest first", "serial": "Serial", "state": "State"}
 
@@ -202,7 +202,7 @@ def gpu_bulk_transition(request: HtmxHttpRequest) -> HttpResponse:
 
 def _gpu_or_404(pk: int) -> Gpu:
     try:
-        return selectors.gpu_detail(pk=pk)
+        return selectors.gpu_detail(pk=pk, related=panel_related("gpu"))
     except Gpu.DoesNotExist:
         raise Http404("No such GPU.") from None
 
@@ -213,10 +213,10 @@ def _gpu_page(request: HtmxHttpRequest, gpu: Gpu, form: GpuTransitionForm | None
     context: dict[str, Any] = {
         "gpu": gpu,
         "form": form,
-        "history": selectors.gpu_state_history(gpu=gpu)[:100],
-        "moves": selectors.gpu_moves(gpu=gpu)[:100],
+        "history": selectors.gpu_state_history(gpu=gpu),
+        "moves": selectors.gpu_moves(gpu=gpu),
         "firmware": selectors.gpu_firmware(gpu=gpu),
-        "audit": audit_rows(fleet_selectors.audit_for(gpu)[:50]),
+        "audit": audit_rows(fleet_selectors.audit_latest(gpu), objects=False),
         "audit_query": audit_query_for(gpu),
         **panels_context("gpu", gpu=gpu),
     }

@@ -99,7 +99,7 @@ def server_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
         "server": server,
         "gpus": gpus,
         **panels_context("server", server=server, gpus=gpus),
-        "audit": audit_rows(fleet_selectors.audit_for(server)[:50]),
+        "audit": audit_rows(fleet_selectors.audit_latest(server), objects=False),
         "audit_query": audit_query_for(server),
         **_scheduler_context(server),
     }

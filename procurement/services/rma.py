@@ -11,6 +11,7 @@ from django.db import transaction
 from django.db.models import Q
 
 from fleet.audit import Actor, audited_create, audited_update
+from fleet.kept import KeptRead
 from inventory import services as inventory_services
 from inventory.lifecycle import ALLOWED
 from inventory.models import Gpu, GpuState, GpuStateChange
@@ -61,8 +62,14 @@ def failure_record(*, gpu: Gpu, failed_on: dt.date, cause: str, evidence_kind: s
     return failure  # type: ignore[return-value]
 
 
-def rma_open_refusal(gpu: Gpu) -> str | None:
-    if RmaCase.objects.filter(gpu=gpu).exclude(status=R.CLOSED).exists():
+def rma_open_refusal(gpu: Gpu, *, cases: list[RmaCase] | None = None) -> str | None:
+    """Why ``gpu`` may not get an RMA case now, or None. ``cases``: its cases as :func:`rma_cases_for_gpu` read
+    them (the GPU page has them already), so its open case is not read again."""
+    if cases is not None:
+        has_open = any(case.gpu_id == gpu.pk and case.status != R.CLOSED for case in cases)
+    else:
+        has_open = RmaCase.objects.filter(gpu=gpu).exclude(status=R.CLOSED).exists()
+    if has_open:
         return f"{gpu.identity} already has an open RMA case."
     if gpu.state != GpuState.RMA and GpuState.RMA not in ALLOWED[gpu.state]:
         return f"A {gpu.get_state_display().lower()} GPU cannot go to RMA: drain it first."
@@ -153,6 +160,12 @@ def rma_close(*, case: RmaCase, closed_on: dt.date, note: str = "", actor: Actor
     return case
 
 
+# The cases of a board, as the board or its replacement: read on every view of a GPU page, the statement is kept
+# (fleet.kept).
+_cases_for_gpu = KeptRead(lambda gpu_id, replacement_id: RmaCase.objects.filter(
+    Q(gpu_id=gpu_id) | Q(replacement_id=replacement_id)).select_related("vendor", "replacement")
+                          .order_by("-opened_on", "-id"))
+
+
 def rma_cases_for_gpu(gpu: Gpu) -> list[RmaCase]:
-    return list(RmaCase.objects.filter(Q(gpu=gpu) | Q(replacement=gpu)).select_related("vendor", "replacement")
-                .order_by("-opened_on", "-id"))
+    return _cases_for_gpu(gpu.pk, gpu.pk)

@@ -11,8 +11,9 @@ from django.core.exceptions import ValidationError
 from django.utils import timezone
 
 from acceptance import services
-from acceptance.gate import evaluate
+from acceptance.gate import evaluate, policies_for
 from acceptance.models import BurnInPolicy, CheckThreshold, RunGpu
+from acceptance.selectors import gpu_evidence
 from fleet.audit import SYSTEM
 from inventory import services as inventory_services
 from inventory.lifecycle import ALLOWED
@@ -88,6 +89,50 @@ def test_the_fleet_default_policy_applies_to_a_model_without_its_own():
     assert evaluate(fresh(gpu)).met
     BurnInPolicy.objects.create(gpu_model=gpu.model, min_level=4, required_runs=1, min_hours=0)
     assert not evaluate(fresh(gpu)).met  # the model's own policy wins over the default
+
+
+def test_a_policy_given_is_not_read_again(django_assert_num_queries):
+    """The GPU page reads the policy it shows and judges the gate by it: the gate reads only the evidence."""
+    gpu = fresh(in_burn_in(1)[0])
+    pass_run([gpu], level=3)
+    policy = BurnInPolicy.objects.create(gpu_model=gpu.model, min_level=3, required_runs=1, min_hours=0)
+    assert policies_for([]) == {}
+    with django_assert_num_queries(1):  # the verdicts in the window
+        assert evaluate(gpu, policy=policy).met
+    with django_assert_num_queries(2):  # the policy, the verdicts
+        assert evaluate(gpu).met
+
+
+def test_the_gpu_page_judges_by_the_evidence_it_shows(django_assert_num_queries):
+    """The GPU page shows a GPU's 20 newest verdicts and checks; when they hold the gate's whole window, the gate
+    judges by them (and reads neither again), with the verdict it gives when it reads them itself."""
+    gpu = in_burn_in(1)[0]
+    BurnInPolicy.objects.create(gpu_model=gpu.model, min_level=3, required_runs=2, min_hours=24,
+                                required_checks=["nccl_allreduce_busbw"])
+    started = timezone.now() - dt.timedelta(hours=40)
+    Gpu.objects.filter(pk=gpu.pk).update(state_changed_at=started)
+    gpu = fresh(gpu)
+
+    def judged(*, covered: bool):
+        gpu_now = fresh(gpu)
+        with django_assert_num_queries(3 if covered else 5):  # verdicts, checks, policy (+ the gate's two)
+            shown = gpu_evidence(gpu=gpu_now)["gate"]
+        assert (shown.met, shown.failed, shown.reasons, shown.passing_runs) == (
+            (own := evaluate(gpu_now)).met, own.failed, own.reasons, own.passing_runs)
+        return shown
+
+    pass_run([gpu], level=3, ran_at=started - dt.timedelta(hours=1))  # before the window
+    services.check_record(gpu=gpu, name="nccl_allreduce_busbw", passed=True, measured_at=started
+                          - dt.timedelta(hours=1), actor=SYSTEM)
+    assert judged(covered=True).reasons == ["0 of 2 passing level 3+ diagnostic run(s) since burn-in started",
+                                            "no nccl_allreduce_busbw result"]
+    pass_run([gpu], level=3, ran_at=started + dt.timedelta(hours=2))
+    pass_run([gpu], level=3, ran_at=started + dt.timedelta(hours=30))
+    services.check_record(gpu=fresh(gpu), name="nccl_allreduce_busbw", passed=True, actor=SYSTEM)
+    assert judged(covered=True).met
+    for hour in range(3, 22):  # 21 runs in the window: the 20 shown do not hold it
+        pass_run([gpu], level=2, ran_at=started + dt.timedelta(hours=hour))
+    assert judged(covered=False).met
 
 
 def test_required_test_skipped_is_not_a_pass():

@@ -64,6 +64,32 @@ def test_a_gpu_in_service_must_be_drained_first():
     assert case.status == RmaStatus.OPEN
 
 
+def test_the_refusal_from_the_cases_already_read_matches_the_one_that_reads_them(django_assert_num_queries):
+    """The GPU page passes the cases it shows; an open case of the board refuses, a closed one or one it only
+    replaced does not."""
+    gpu = received_gpu()
+    inventory_services.gpu_transition(gpu=gpu, to_state="burn_in", actor=SYSTEM)
+
+    def both(board):
+        cases = rma.rma_cases_for_gpu(board)
+        with django_assert_num_queries(0):
+            from_cases = rma.rma_open_refusal(board, cases=cases)
+        assert from_cases == rma.rma_open_refusal(board)
+        return from_cases
+
+    assert both(gpu) is None
+    case = rma.rma_open(gpu=gpu, cause="hbm", opened_on=dt.date(2026, 4, 1), actor=SYSTEM)
+    gpu.refresh_from_db()
+    assert "already has an open RMA case" in both(gpu)
+    rma.rma_ship(case=case, shipped_on=dt.date(2026, 4, 3), carrier="UPS", tracking="1Z999", actor=SYSTEM)
+    rma.rma_replace(case=case, serial="NEW2", received_on=dt.date(2026, 4, 20), actor=SYSTEM)
+    case.refresh_from_db()
+    assert both(case.replacement) is None  # its only case is the one it replaced a board on
+    rma.rma_close(case=case, closed_on=dt.date(2026, 4, 21), actor=SYSTEM)
+    gpu.refresh_from_db()
+    assert "open RMA case" not in (both(gpu) or "")
+
+
 def test_dates_before_the_case_are_refused():
     gpu = received_gpu()
     case = rma.rma_open(gpu=gpu, cause="power", opened_on=dt.date(2026, 4, 1), actor=SYSTEM)

@@ -156,7 +156,8 @@ def test_detail_pages_carry_the_chart_panel(client, as_role, flagged):
     assert 'data-scope="rack"' in body and "3 drain" in body
     body = client.get(reverse("row-detail", args=[flagged["rack"].row_id])).content.decode()
     assert 'data-scope="row"' in body
-    # The telemetry panel costs the GPU page three queries (latest, XIDs, flags), whatever the history.
+    # The telemetry panel costs the GPU page two queries (XIDs, flags; the latest sample comes with the GPU's own
+    # read), whatever the history.
     for _ in range(5):
         xids(gpu, 79, 74, start=NOW - dt.timedelta(minutes=30))
     with CaptureQueriesContext(connection) as more:
