@@ -3,7 +3,8 @@
 Django compiles a queryset to SQL every time it is evaluated. For a read of one object's rows by an indexed
 column (a GPU's state history, its audit trail) the compiling is most of the read's CPU: the history read cost
 ~0.45-0.55 ms as a queryset, ~0.13 ms as the same statement through ``RawQuerySet``, ~0.06 ms as a kept read;
-the GPU page's read of its GPU with eleven related models 1.6 ms, ~0.3 ms kept (bench/README.md, the GPU page).
+the GPU page's read of its GPU with eleven related models 1.6 ms, ~0.3 ms kept (bench/README.md, the GPU page;
+measured in one process with other work on the machine: compare the figures, not their size).
 
 A kept read is built once from its queryset with stand-in values for its parameters, so the statement is the
 ORM's own (columns, joins, order, limit), and the layout of its rows is taken from the ORM's compiler then: which

@@ -12,7 +12,7 @@ panels go. Pages and their keyword arguments: ``gpu`` (gpu), ``server`` (server,
 A provider that shows a row reached from the GPU by a one-to-one or foreign-key path names it, and the GPU page
 joins it into its own read of the GPU (``select_related``) instead of the panel reading it with a query of its
 own (telemetry's latest sample and procurement's asset cost 0.57 and 0.88 ms of CPU as queries of their own, the
-GPU read 0.4 ms more with both joined; bench/README.md, the GPU page)::
+GPU read 0.4 ms more with both joined; measured with other work on the machine; bench/README.md, the GPU page)::
 
     panel_register("gpu", gpu_panels, related=("latest",))   # the panel reads gpu.latest
 

@@ -167,7 +167,8 @@ def spares_by_cell(*, as_of: dt.date) -> dict[tuple[Any, Any], int]:
         params: dict[str, Any] = {}
     else:
         # The latest state before the date of each GPU that had been a spare by then (the others cannot be one:
-        # sorting every GPU's rows cost the benchmark's past forecast 0.1 s for 100,000 GPUs and no spare).
+        # sorting every GPU's rows cost the benchmark's past forecast 0.1 s for 100,000 GPUs and no spare;
+        # measured with other work on the machine).
         ever = ("gpu_id IN (SELECT gpu_id FROM inventory_gpustatechange WHERE to_state = 'spare' AND at < %(ts)s) "
                 "AND at < %(ts)s")
         latest = (f"SELECT DISTINCT ON (gpu_id) gpu_id, to_state FROM inventory_gpustatechange WHERE {ever} "
